@@ -1,0 +1,44 @@
+"""The exception tree of ``constrained``: one root, one subclass per kind of failure."""
+
+from __future__ import annotations
+
+
+class ConstrainedError(Exception):
+    """Root of every error this package raises on purpose."""
+
+
+class GrammarSyntaxError(ConstrainedError, ValueError):
+    """A GBNF grammar that does not parse, or that llama.cpp would refuse.
+
+    ``line`` and ``column`` are 1-based; ``source_line`` is the offending line of the grammar text.
+    """
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None,
+                 source_line: str | None = None) -> None:
+        self.message = message
+        self.line = line
+        self.column = column
+        self.source_line = source_line
+        text = message
+        if line is not None and column is not None:
+            text = f"line {line}, column {column}: {message}"
+            if source_line is not None:
+                text += f"\n    {source_line}\n    {' ' * (column - 1)}^"
+        super().__init__(text)
+
+
+class GrammarLimitError(GrammarSyntaxError):
+    """A grammar that exceeds a size or nesting limit (raised instead of hanging or exhausting memory)."""
+
+
+class SchemaError(ConstrainedError, ValueError):
+    """A JSON schema that cannot be converted; ``path`` is the JSON path of the offending keyword."""
+
+    def __init__(self, message: str, *, path: str = "") -> None:
+        self.message = message
+        self.path = path
+        super().__init__(message)
+
+
+class VocabularyError(ConstrainedError, ValueError):
+    """A vocabulary that cannot be read (missing file, not GGUF, no tokenizer)."""

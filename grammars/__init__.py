@@ -1,0 +1,1 @@
+"""Bundled GBNF grammars, loadable by name (see README.md here)."""
