@@ -7,21 +7,26 @@ special=True)`` renders, and the end-of-generation set that llama.cpp builds at 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from enum import IntEnum
+from enum import IntFlag
+from pathlib import Path
+from typing import Any
 
 from .errors import VocabularyError
 
 
-class TokenAttr(IntEnum):
-    """GGUF ``tokenizer.ggml.token_type`` values (llama.cpp's ``llama_token_type``)."""
+class TokenAttr(IntFlag):
+    """llama.cpp's ``llama_token_attr`` bits, as set at load time."""
 
     UNDEFINED = 0
-    NORMAL = 1
-    UNKNOWN = 2
-    CONTROL = 3
-    USER_DEFINED = 4
-    UNUSED = 5
-    BYTE = 6
+    UNKNOWN = 1 << 0
+    UNUSED = 1 << 1
+    NORMAL = 1 << 2
+    CONTROL = 1 << 3
+    USER_DEFINED = 1 << 4
+    BYTE = 1 << 5
+
+
+_SPECIAL_ATTRS = TokenAttr.CONTROL | TokenAttr.USER_DEFINED | TokenAttr.UNKNOWN
 
 
 Tokenizer = Callable[[bytes, bool], list[int]]
@@ -34,7 +39,7 @@ class Vocabulary:
     Args:
         pieces: the piece of every token id, as bytes (``special=True`` rendering).
         eog_ids: the end-of-generation token ids.
-        token_types: optional GGUF token type of every id (see :class:`TokenAttr`).
+        attrs: optional ``llama_token_attr`` bits of every id (see :class:`TokenAttr`).
         tokenizer: optional ``tokenize(text, parse_special)``; needed by DRY's sequence breakers and by grammar
             token references that are not a single special token's text.
         name: a label for messages.
@@ -46,9 +51,9 @@ class Vocabulary:
     """
 
     def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int] = (), *,
-                 token_types: Sequence[int] | None = None, tokenizer: Tokenizer | None = None,
-                 name: str = "vocabulary", bos_id: int | None = None, eos_id: int | None = None,
-                 eot_id: int | None = None) -> None:
+                 attrs: Sequence[int] | None = None, tokenizer: Tokenizer | None = None,
+                 name: str = "vocabulary", special_ids: dict[str, int] | None = None,
+                 suppress_tokens: Iterable[int] = (), vocab_type: str = "") -> None:
         self.pieces: tuple[bytes, ...] = tuple(bytes(p) for p in pieces)
         n = len(self.pieces)
         eog = frozenset(int(i) for i in eog_ids)
@@ -56,14 +61,17 @@ class Vocabulary:
         if bad:
             raise VocabularyError(f"{name}: end-of-generation ids out of range: {sorted(bad)}")
         self.eog_ids: frozenset[int] = eog
-        if token_types is not None and len(token_types) != n:
-            raise VocabularyError(f"{name}: {len(token_types)} token types for {n} tokens")
-        self.token_types: tuple[int, ...] | None = tuple(int(t) for t in token_types) if token_types is not None else None
+        if attrs is not None and len(attrs) != n:
+            raise VocabularyError(f"{name}: {len(attrs)} token attributes for {n} tokens")
+        self.attrs: tuple[int, ...] | None = tuple(int(t) for t in attrs) if attrs is not None else None
         self.tokenizer = tokenizer
         self.name = name
-        self.bos_id = bos_id
-        self.eos_id = eos_id
-        self.eot_id = eot_id
+        #: llama.cpp's special token ids by role ("bos", "eos", "eot", "eom", "unk", "pad", "fim_pre"...); -1 = none
+        self.special_ids: dict[str, int] = dict(special_ids or {})
+        #: ``tokenizer.ggml.suppress_tokens`` (llama-server biases them to -inf)
+        self.suppress_tokens: tuple[int, ...] = tuple(int(t) for t in suppress_tokens)
+        #: "spm", "bpe", "wpm" or "ugm" when known
+        self.vocab_type = vocab_type
         self._special_index: dict[bytes, int] | None = None
 
     def __len__(self) -> int:
@@ -82,25 +90,35 @@ class Vocabulary:
         """The bytes of ``token`` as ``llama_token_to_piece(..., special=True)`` renders them."""
         return self.pieces[self._check(token)]
 
+    @property
+    def bos_id(self) -> int:
+        """The beginning-of-sequence id, or -1."""
+        return self.special_ids.get("bos", -1)
+
+    @property
+    def eos_id(self) -> int:
+        """The end-of-sequence id, or -1."""
+        return self.special_ids.get("eos", -1)
+
     def is_eog(self, token: int) -> bool:
         """Whether ``token`` ends generation (``llama_vocab_is_eog``)."""
         return self._check(token) in self.eog_ids
 
     def is_special(self, token: int) -> bool:
-        """Whether ``token`` is a control or user-defined token (matched whole when parsing specials)."""
-        if self.token_types is None:
+        """Whether ``token`` is a control, user-defined or unknown token (matched whole when parsing specials)."""
+        if self.attrs is None:
             return False
-        return self.token_types[self._check(token)] in (TokenAttr.CONTROL, TokenAttr.USER_DEFINED)
+        return bool(self.attrs[self._check(token)] & _SPECIAL_ATTRS)
 
     def special_token_id(self, text: bytes | str) -> int | None:
-        """The id of the control/user-defined token whose text is exactly ``text``, if any."""
+        """The id of the special (control, user-defined, unknown) token whose text is exactly ``text``, if any."""
         if isinstance(text, str):
             text = text.encode()
         if self._special_index is None:
             idx: dict[bytes, int] = {}
-            if self.token_types is not None:
-                for i, (p, t) in enumerate(zip(self.pieces, self.token_types)):
-                    if t in (TokenAttr.CONTROL, TokenAttr.USER_DEFINED):
+            if self.attrs is not None:
+                for i, (p, a) in enumerate(zip(self.pieces, self.attrs)):
+                    if a & _SPECIAL_ATTRS:
                         idx.setdefault(p, i)
             self._special_index = idx
         return self._special_index.get(text)
@@ -125,3 +143,82 @@ class Vocabulary:
         raise VocabularyError(
             f"{self.name}: cannot tokenize {text!r} without a tokenizer; load the vocabulary with "
             "Vocabulary.from_llama(...) to get llama.cpp's tokenizer")
+
+    # ------------------------------------------------------------------ loaders
+
+    @classmethod
+    def from_gguf(cls, path: str | Path) -> Vocabulary:
+        """Read a model's vocabulary from a GGUF file, without llama-cpp-python.
+
+        Pieces and end-of-generation ids follow llama.cpp's load rules (``llama_vocab::impl::load``), so they equal
+        what ``llama_token_to_piece(..., special=True)`` and ``llama_vocab_is_eog`` report for the same file.
+        There is no tokenizer: :meth:`tokenize` only resolves a special token's exact text.
+
+        Raises:
+            VocabularyError: the file is missing, is not GGUF, or has no tokenizer.
+
+        Example:
+            >>> v = Vocabulary.from_gguf("ggml-vocab-gpt-2.gguf")  # doctest: +SKIP
+            >>> len(v), v.piece(50256), sorted(v.eog_ids)  # doctest: +SKIP
+            (50257, b'<|endoftext|>', [50256])
+        """
+        from ._vocab_load import load_vocab
+        from .gguf_meta import read_metadata
+
+        p = Path(path)
+        meta = read_metadata(p, skip={"tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.chat_template",
+                                      "tokenizer.ggml.precompiled_charsmap", "tokenizer.huggingface.json"})
+        lv = load_vocab(meta, p)
+        return cls(lv.pieces, lv.eog_ids, attrs=lv.attrs, name=p.name, special_ids=lv.special,
+                   suppress_tokens=lv.suppress_tokens, vocab_type=lv.vocab_type)
+
+    @classmethod
+    def from_llama(cls, llm: Any) -> Vocabulary:
+        """The vocabulary of a loaded ``llama_cpp.Llama`` (or a ``llama_vocab`` pointer), read through its C API.
+
+        The result has llama.cpp's own tokenizer, so :meth:`tokenize` works for any text.
+
+        Example:
+            >>> from llama_cpp import Llama  # doctest: +SKIP
+            >>> v = Vocabulary.from_llama(Llama("model.gguf", vocab_only=True, verbose=False))  # doctest: +SKIP
+        """
+        import ctypes
+
+        try:
+            from llama_cpp import llama_cpp as L
+        except ImportError as err:  # pragma: no cover - depends on the environment
+            raise VocabularyError("Vocabulary.from_llama needs llama-cpp-python: pip install 'constrained[llama]'") \
+                from err
+        model = getattr(llm, "_model", None)
+        vocab = model.vocab if model is not None else llm
+        name = Path(getattr(llm, "model_path", "") or "llama").name
+        n = L.llama_vocab_n_tokens(vocab)
+        buf = ctypes.create_string_buffer(256)
+        pieces: list[bytes] = []
+        for i in range(n):
+            k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
+            if k < 0:
+                buf = ctypes.create_string_buffer(-k + 16)
+                k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
+            pieces.append(buf.raw[:k])
+        eog = [i for i in range(n) if L.llama_vocab_is_eog(vocab, i)]
+        attrs = [int(L.llama_vocab_get_attr(vocab, i)) for i in range(n)]
+        n_sup = ctypes.c_int32(0)
+        sup_ptr = L.llama_vocab_get_suppress_tokens(vocab, ctypes.byref(n_sup))
+        suppress = [sup_ptr[i] for i in range(n_sup.value)] if n_sup.value > 0 else []
+        special = {"bos": L.llama_vocab_bos(vocab), "eos": L.llama_vocab_eos(vocab), "eot": L.llama_vocab_eot(vocab)}
+        vtype = {1: "spm", 2: "bpe", 3: "wpm", 4: "ugm"}.get(int(L.llama_vocab_type(vocab)), "")
+
+        def tokenize(text: bytes, parse_special: bool) -> list[int]:
+            cap = len(text) + 8
+            while True:
+                out = (L.llama_token * cap)()
+                k = L.llama_tokenize(vocab, text, len(text), out, cap, False, parse_special)
+                if k >= 0:
+                    return list(out[:k])
+                cap = -k
+
+        v = cls(pieces, eog, attrs=attrs, tokenizer=tokenize, name=name, special_ids=special,
+                suppress_tokens=suppress, vocab_type=vtype)
+        v._llama_owner = llm  # keep the model (and so the vocab pointer) alive
+        return v
