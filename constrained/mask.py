@@ -1,0 +1,222 @@
+"""The full-vocabulary mask: a vectorised walk of llama.cpp's candidate rejection, and its caches.
+
+``llama_grammar_reject_candidates`` walks every candidate through every stack, one code point at a time. Here all
+candidates that share a stack configuration at the same code-point depth move together as one numpy index array,
+so the walk costs a few numpy operations per (stack, depth) pair instead of Python work per token.
+
+On top of that, the adaptive token mask cache of XGrammar, adapted to llama.cpp's stack machine: for a stack whose
+top is a character class at position ``p``, the part of the walk that stays above the rest of the stack depends on
+``p`` alone. :func:`local_info` runs that part once per ``p`` (with a sentinel standing for the rest of the stack)
+and records which tokens it accepts for sure and, for the others, where they would pop into the rest of the stack
+with code points left ("uncertain"). At run time a stack costs one boolean OR plus a walk of the few distinct
+uncertain remainders through the actual rest of the stack.
+
+Example:
+    >>> from constrained.vocab import Vocabulary
+    >>> from constrained.ir import ParsedGrammar, ElementType as T
+    >>> from constrained.stacks import GrammarRules
+    >>> from constrained.tokenindex import vocab_index
+    >>> g = GrammarRules(ParsedGrammar((((T.CHAR, 97), (T.CHAR, 98), (T.END, 0)),), {"root": 0}, 0))
+    >>> walk(g, vocab_index(Vocabulary([b"a", b"ab", b"b"])).table, g.initial_stacks()).tolist()
+    [True, True, False]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .stacks import TOKEN, GrammarRules, Stack, Stacks
+from .tokenindex import TokenTable
+
+_ALL = None   # "every row of the table" at depth 0
+
+
+def _class_match(g: GrammarRules, p: int, cps: np.ndarray) -> np.ndarray:
+    """Vectorised ``llama_grammar_match_char``."""
+    positive, items, _ = g.classes[p]
+    hit = np.zeros(cps.shape, dtype=bool)
+    for lo, hi in items:
+        if lo == hi:
+            hit |= cps == lo
+        else:
+            hit |= (cps >= lo) & (cps <= hi)
+    return hit if positive else ~hit
+
+
+def _partial_match(g: GrammarRules, p: int, val: np.ndarray, rem: np.ndarray) -> np.ndarray:
+    """Vectorised ``llama_grammar_match_partial_char`` (rows with ``rem <= 0`` give False)."""
+    ok = rem > 0
+    if not ok.any():
+        return ok
+    ok &= ~((rem == 1) & (val < 2))
+    r = np.where(ok, rem, 1)
+    low = val << (6 * r)
+    high = low | ((np.int64(1) << (6 * r)) - 1)
+    low = np.where((low == 0) & (r == 2), 1 << 11, low)
+    low = np.where((low == 0) & (r == 3), 1 << 16, low)
+    positive, items, _ = g.classes[p]
+    hit = np.zeros(val.shape, dtype=bool)
+    for lo, hi in items:
+        hit |= (low <= hi) & (high >= lo)
+    return ok & (hit if positive else ~hit)
+
+
+def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
+    """Rows whose first code point the class at ``p`` matches, from the table's sorted index (no full scan)."""
+    positive, items, _ = g.classes[p]
+    cp0, order0 = t.cp0, t.order0
+    spans = sorted((int(np.searchsorted(cp0, lo, "left")), int(np.searchsorted(cp0, hi, "right")))
+                   for lo, hi in items)
+    if positive:
+        parts = [order0[a:b] for a, b in spans if b > a]
+    else:
+        parts, at = [], 0
+        for a, b in spans:
+            if a > at:
+                parts.append(order0[at:a])
+            at = max(at, b)
+        parts.append(order0[at:])
+    if not parts:
+        return np.empty(0, dtype=np.int64)
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _merge(parts: list[np.ndarray], n: int) -> np.ndarray:
+    if len(parts) == 1:
+        return parts[0]
+    total = sum(len(a) for a in parts)
+    if total * 8 > n:
+        m = np.zeros(n, dtype=bool)
+        for a in parts:
+            m[a] = True
+        return np.flatnonzero(m)
+    return np.unique(np.concatenate(parts))
+
+
+def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None) -> np.ndarray:
+    """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``).
+
+    With ``pops`` given, a stack reduced to the sentinel ``(g.bottom,)`` is not looked into: the rows that reach it
+    and their depth are appended to ``pops`` as ``(rows, depth)`` (rows already accepted are left out).
+    """
+    n = t.n
+    acc = np.zeros(n, dtype=bool)
+    frontier: dict[Stack, list] = {}
+    for s in stacks:
+        frontier.setdefault(s, []).append(_ALL)
+    types, values = g.types, g.values
+    bottom = g.bottom
+    depth = 0
+    while frontier:
+        nxt: dict[Stack, list] = {}
+        for stack, parts in frontier.items():
+            if any(p is _ALL for p in parts):
+                rows = _ALL
+            else:
+                rows = _merge(parts, n)
+                rows = rows[~acc[rows]]
+                if not len(rows):
+                    continue
+            if stack and stack[-1] == bottom:
+                if pops is not None:
+                    pops.append((np.arange(n) if rows is _ALL else rows, depth))
+                continue
+            if rows is _ALL:
+                ended = t.zero_rows
+            else:
+                lens = t.length[rows]
+                ended = rows[lens == depth]
+                rows = rows[lens > depth]
+            # candidates with no code points left
+            if len(ended):
+                r = t.rem[ended]
+                if stack and types[stack[-1]] not in (TOKEN, TOKEN + 1):
+                    ok = (r == 0) | _partial_match(g, stack[-1], t.val[ended], r)
+                else:
+                    ok = r == 0
+                acc[ended[ok]] = True
+            if not stack:
+                continue
+            top = stack[-1]
+            ty = types[top]
+            if ty == TOKEN or ty == TOKEN + 1:       # TOKEN / TOKEN_NOT: decided by id
+                if rows is _ALL:
+                    rows = np.flatnonzero(t.length > 0)
+                ids = t.ids[rows]
+                acc[rows[(ids == values[top]) if ty == TOKEN else (ids != values[top])]] = True
+                continue
+            if rows is _ALL:
+                matched = _first_rows(g, top, t)
+            else:
+                cps = t.flat[t.start[rows] + depth]
+                matched = rows[_class_match(g, top, cps)]
+            if not len(matched):
+                continue
+            for s in g.next_stacks(stack):
+                nxt.setdefault(s, []).append(matched)
+        frontier = nxt
+        depth += 1
+    return acc
+
+
+@dataclass
+class LocalInfo:
+    """What the stack ``(…, p)`` accepts whatever lies below ``p`` (see the module docstring)."""
+
+    accepted: np.ndarray          # bool over table rows: accepted for sure
+    unc_rows: np.ndarray          # rows that pop into the rest of the stack (one entry per (row, depth))
+    unc_key: np.ndarray           # index into ``keys`` for each entry
+    keys: TokenTable | None       # the distinct remainders (code points from the pop on, final partial state)
+
+
+def local_info(g: GrammarRules, t: TokenTable, p: int) -> LocalInfo:
+    """Walk the table from the stack ``(sentinel, p)`` (the XGrammar-style per-position precomputation)."""
+    pops: list = []
+    acc = walk(g, t, g.advance((g.bottom, p)), pops=pops)
+    # a pop with nothing left and no pending sequence is accepted by any stack below
+    rows_l, keys_l = [], []
+    key_index: dict[tuple, int] = {}
+    key_cps: list[tuple[list[int], int, int]] = []
+    key_ids: list[int] = []
+    has_tokens = g.has_tokens
+    for rows, depth in pops:
+        rows = rows[~acc[rows]]
+        if not len(rows):
+            continue
+        lens = t.length[rows]
+        rems = t.rem[rows]
+        sure = (lens == depth) & (rems == 0)
+        acc[rows[sure]] = True
+        rows = rows[~sure]
+        if not len(rows):
+            continue
+        starts = (t.start[rows] + depth).tolist()
+        ends = (t.start[rows] + t.length[rows]).tolist()
+        flat = t.flat
+        vals = t.val[rows].tolist()
+        rems_l = t.rem[rows].tolist()
+        ids = t.ids[rows].tolist()
+        kidx = np.empty(len(rows), dtype=np.int64)
+        for j, (a, b) in enumerate(zip(starts, ends)):
+            cps = tuple(flat[a:b].tolist())
+            key = (cps, rems_l[j], vals[j], ids[j] if has_tokens else -1)
+            k = key_index.get(key)
+            if k is None:
+                k = key_index[key] = len(key_cps)
+                key_cps.append((list(cps), vals[j], rems_l[j]))
+                key_ids.append(ids[j])
+            kidx[j] = k
+        rows_l.append(rows)
+        keys_l.append(kidx)
+    if rows_l:
+        unc_rows = np.concatenate(rows_l)
+        unc_key = np.concatenate(keys_l)
+        keep = ~acc[unc_rows]
+        unc_rows, unc_key = unc_rows[keep], unc_key[keep]
+        keys = TokenTable.build(key_ids, key_cps, sorted_index=True)
+    else:
+        unc_rows = unc_key = np.empty(0, dtype=np.int64)
+        keys = None
+    return LocalInfo(acc, unc_rows, unc_key, keys)

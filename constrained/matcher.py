@@ -1,0 +1,313 @@
+"""Grammar matching over a vocabulary with llama.cpp's grammar-sampler semantics, fast.
+
+``compile_grammar(grammar, vocab)`` pairs a grammar with a :class:`~constrained.vocab.Vocabulary` once (vocabulary
+preprocessing is shared by every grammar, grammar-position caches by every matcher); ``.matcher()`` gives a cheap
+:class:`GrammarMatcher` whose answers are those of ``llama_sampler_init_grammar`` in every state: ``mask()`` is what
+``llama_grammar_apply_impl`` leaves unmasked, ``accept_token`` is ``llama_grammar_accept_impl``.
+
+Example:
+    >>> from constrained.vocab import Vocabulary
+    >>> from constrained.ir import ParsedGrammar, ElementType as T
+    >>> g = ParsedGrammar((((T.CHAR, 104), (T.CHAR, 105), (T.END, 0)),), {"root": 0}, 0)  # root ::= "hi"
+    >>> m = compile_grammar(g, Vocabulary([b"h", b"i", b"hi", b"x", b"</s>"], eog_ids=[4])).matcher()
+    >>> m.mask().tolist()
+    [True, False, True, False, False]
+    >>> m.accept_token(3), m.accept_token(0), m.allows(4), m.accept_token(1), m.can_end(), m.allows(4)
+    (False, True, False, True, True, True)
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+
+from .ir import ParsedGrammar
+from .mask import LocalInfo, local_info, walk
+from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
+from .tokenindex import apply_view, decode_utf8, vocab_index
+from .vocab import Vocabulary
+
+__all__ = ["CompiledGrammar", "GrammarMatcher", "compile_grammar"]
+
+_NO_PARTIAL: Partial = (0, 0)
+
+
+def _norm(value: int, n_remain: int) -> Partial:
+    return (value, n_remain) if n_remain > 0 else _NO_PARTIAL
+
+
+class _LRU(OrderedDict):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def get_lru(self, key: Any) -> Any:
+        v = self.get(key)
+        if v is not None:
+            self.move_to_end(key)
+        return v
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+class CompiledGrammar:
+    """A grammar bound to a vocabulary: the stack machine plus the mask caches, shared by its matchers.
+
+    Build it with :func:`compile_grammar`. ``precompute()`` fills the per-position caches eagerly.
+    """
+
+    def __init__(self, parsed: ParsedGrammar, vocab: Vocabulary) -> None:
+        self.parsed = parsed
+        self.vocab = vocab
+        self.index = vocab_index(vocab)
+        self.n_vocab = self.index.n_vocab
+        self.rules = GrammarRules(parsed)
+        self.initial_stacks: Stacks = self.rules.initial_stacks()
+        self._lock = threading.RLock()
+        self._local: dict[int, LocalInfo] = {}
+        self._token_top: dict[int, np.ndarray] = {}
+        self._empty: np.ndarray | None = None
+        self._masks = _LRU(96)
+        self._unc = _LRU(4096)
+
+    def matcher(self) -> GrammarMatcher:
+        """A fresh matcher at the start of the grammar."""
+        return GrammarMatcher(self)
+
+    # ---- per-position caches -------------------------------------------------------------------------------
+    def local(self, p: int) -> LocalInfo:
+        li = self._local.get(p)
+        if li is None:
+            with self._lock:
+                li = self._local.get(p)
+                if li is None:
+                    li = self._local[p] = local_info(self.rules, self.index.table, p)
+        return li
+
+    def _token_mask(self, p: int) -> np.ndarray:
+        m = self._token_top.get(p)
+        if m is None:
+            m = self._token_top[p] = walk(self.rules, self.index.table, ((p,),))
+        return m
+
+    def _empty_mask(self) -> np.ndarray:
+        if self._empty is None:
+            self._empty = walk(self.rules, self.index.table, ((),))
+        return self._empty
+
+    def precompute(self) -> int:
+        """Build the per-position cache for every character-class position; returns how many."""
+        for p in self.rules.classes:
+            self.local(p)
+        return len(self.rules.classes)
+
+    def _uncertain(self, top: int, below: Stack, li: LocalInfo) -> np.ndarray:
+        key = (top, below)
+        ok = self._unc.get_lru(key)
+        if ok is None:
+            ok = walk(self.rules, li.keys, self.rules.advance(below))
+            self._unc.put(key, ok)
+        return ok
+
+    # ---- the mask ------------------------------------------------------------------------------------------
+    def mask_for(self, stacks: Stacks, partial: Partial) -> np.ndarray:
+        """The read-only mask ``llama_grammar_apply_impl`` gives in state ``(stacks, partial)`` (cached)."""
+        key = (stacks, partial)
+        m = self._masks.get_lru(key)
+        if m is not None:
+            return m
+        n = self.n_vocab
+        g = self.rules
+        if partial[1] > 0:
+            t = self.index.partial_table(*partial)
+            acc = walk(g, t, stacks)
+            m = np.zeros(n, dtype=bool)
+            m[t.ids[acc]] = True
+        else:
+            m = np.zeros(n, dtype=bool)
+            for s in stacks:
+                if not s:
+                    m |= self._empty_mask()
+                    continue
+                top = s[-1]
+                if g.types[top] in (TOKEN, TOKEN_NOT):
+                    m |= self._token_mask(top)
+                    continue
+                li = self.local(top)
+                m |= li.accepted
+                if li.keys is not None:
+                    ok = self._uncertain(top, s[:-1], li)
+                    m[li.unc_rows[ok[li.unc_key]]] = True
+        m[self.index.eog_ids] = any(not s for s in stacks)
+        m.setflags(write=False)
+        self._masks.put(key, m)
+        return m
+
+    def allows_in(self, stacks: Stacks, partial: Partial, token: int) -> bool:
+        """Whether ``token`` survives ``llama_grammar_apply_impl`` in state ``(stacks, partial)``."""
+        m = self._masks.get(((stacks, partial)))
+        if m is not None:
+            return bool(m[token])
+        idx = self.index
+        if idx.eog[token]:
+            return any(not s for s in stacks)
+        if idx.dead[token]:
+            return False
+        cps, val, rem = idx.decode(token, *partial)
+        return self.rules.stacks_accept(stacks, apply_view(cps), val, rem, token)
+
+
+class GrammarMatcher:
+    """The state of one generation under a compiled grammar (llama.cpp's ``llama_grammar`` stacks + partial UTF-8).
+
+    ``accept_token`` returns False, and changes nothing, for a token llama.cpp's grammar sampler would mask, and
+    where llama.cpp would throw "Unexpected empty grammar stack". Every accepted token (or byte string) can be
+    undone with ``rollback``.
+    """
+
+    def __init__(self, compiled: CompiledGrammar) -> None:
+        self.compiled = compiled
+        self._stacks: Stacks = compiled.initial_stacks
+        self._partial: Partial = _NO_PARTIAL
+        self._terminated = False
+        self._history: list[tuple[Stacks, Partial, bool]] = []
+
+    def _check(self, token: int) -> int:
+        t = int(token)
+        if not 0 <= t < self.compiled.n_vocab:
+            raise ValueError(f"token id {token} out of range (vocabulary of {self.compiled.n_vocab})")
+        return t
+
+    @property
+    def stacks(self) -> Stacks:
+        """The current stacks (tuples of element positions, top last), in llama.cpp's order."""
+        return self._stacks
+
+    @property
+    def partial_utf8(self) -> Partial:
+        """``(value, n_remain)`` of a UTF-8 sequence left incomplete by the last token."""
+        return self._partial
+
+    def allows(self, token: int) -> bool:
+        """Whether ``token`` is allowed now (as llama-server checks a single candidate)."""
+        return self.compiled.allows_in(self._stacks, self._partial, self._check(token))
+
+    def mask(self) -> np.ndarray:
+        """The allowed tokens over the whole vocabulary (True = allowed); a read-only array."""
+        return self.compiled.mask_for(self._stacks, self._partial)
+
+    def can_end(self) -> bool:
+        """Whether the grammar may end here (some stack is empty): end-of-generation tokens are allowed."""
+        return any(not s for s in self._stacks)
+
+    def is_terminated(self) -> bool:
+        """Whether an end-of-generation token has been accepted (it leaves llama.cpp's state unchanged)."""
+        return self._terminated
+
+    def accept_token(self, token: int) -> bool:
+        """Advance over ``token`` (``llama_grammar_accept_impl``); False and no change if it is not allowed."""
+        token = self._check(token)
+        c = self.compiled
+        if not c.allows_in(self._stacks, self._partial, token):
+            return False
+        if c.index.eog[token]:
+            self._history.append((self._stacks, self._partial, self._terminated))
+            self._terminated = True
+            return True
+        cps, val, rem = c.index.decode(token, *self._partial)
+        res = c.rules.accept_token(self._stacks, self._partial, token, cps, _norm(val, rem))
+        if res is None:    # llama.cpp: "Unexpected empty grammar stack after accepting piece"
+            return False
+        self._history.append((self._stacks, self._partial, self._terminated))
+        self._stacks, self._partial = res
+        return True
+
+    def accept_bytes(self, data: bytes) -> bool:
+        """Advance over raw text (``llama_grammar_accept_str``); False and no change if the grammar rejects it.
+
+        Token elements (``<[id]>``) never match text. Invalid UTF-8 is rejected.
+        """
+        data = bytes(data)
+        cps, val, rem = decode_utf8(data, *self._partial)
+        if rem < 0:
+            return False
+        stacks = self._stacks
+        g = self.compiled.rules
+        for cp in cps:
+            stacks = g.accept_char(stacks, cp)
+            if not stacks:
+                return False
+        if rem > 0 and not any(s and s[-1] in g.classes and g.match_partial(s[-1], val, rem) for s in stacks):
+            return False
+        self._history.append((self._stacks, self._partial, self._terminated))
+        self._stacks, self._partial = stacks, _norm(val, rem) if data else self._partial
+        return True
+
+    def rollback(self, n: int = 1) -> None:
+        """Undo the last ``n`` accepted tokens (or byte strings)."""
+        if not 0 <= n <= len(self._history):
+            raise ValueError(f"cannot roll back {n} steps: {len(self._history)} accepted")
+        if n:
+            self._stacks, self._partial, self._terminated = self._history[-n]
+            del self._history[-n:]
+
+    def fork(self) -> GrammarMatcher:
+        """An independent copy of this matcher (same compiled grammar, same state and history)."""
+        m = GrammarMatcher(self.compiled)
+        m._stacks, m._partial, m._terminated = self._stacks, self._partial, self._terminated
+        m._history = list(self._history)
+        return m
+
+    def reset(self) -> None:
+        """Back to the start of the grammar, with no history."""
+        self._stacks = self.compiled.initial_stacks
+        self._partial = _NO_PARTIAL
+        self._terminated = False
+        self._history.clear()
+
+    @property
+    def num_accepted(self) -> int:
+        """How many steps ``rollback`` can undo."""
+        return len(self._history)
+
+
+_COMPILED: weakref.WeakKeyDictionary[Vocabulary, _LRU] = weakref.WeakKeyDictionary()
+_COMPILED_LOCK = threading.Lock()
+
+
+def _parsed(grammar: Any, vocab: Vocabulary) -> ParsedGrammar:
+    if isinstance(grammar, ParsedGrammar):
+        return grammar
+    if hasattr(grammar, "parsed"):
+        return grammar.parsed(vocab)
+    raise TypeError(f"expected a Grammar or ParsedGrammar, got {type(grammar).__name__}")
+
+
+def compile_grammar(grammar: Any, vocab: Vocabulary) -> CompiledGrammar:
+    """Bind ``grammar`` (a ``Grammar`` or a :class:`ParsedGrammar`) to ``vocab``; cached per (grammar, vocab).
+
+    Example:
+        >>> from constrained.ir import ParsedGrammar, ElementType as T
+        >>> v = Vocabulary([b"a"])
+        >>> g = ParsedGrammar((((T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0)
+        >>> compile_grammar(g, v) is compile_grammar(g, v)
+        True
+    """
+    parsed = _parsed(grammar, vocab)
+    key = (tuple(tuple((int(t), int(v)) for t, v in rule) for rule in parsed.rules), parsed.root_id)
+    with _COMPILED_LOCK:
+        per_vocab = _COMPILED.get(vocab)
+        if per_vocab is None:
+            per_vocab = _COMPILED[vocab] = _LRU(32)
+        cg = per_vocab.get_lru(key)
+        if cg is None:
+            cg = CompiledGrammar(parsed, vocab)
+            per_vocab.put(key, cg)
+        return cg

@@ -1,0 +1,340 @@
+"""llama.cpp's grammar stack machine, ported exactly (src/llama-grammar.cpp at 0c1e57098).
+
+A *position* is an index into the concatenation of all rules' element vectors (llama.cpp's element pointer); a
+*stack* is a tuple of positions with the top last; the state of a grammar is a tuple of stacks (in llama.cpp's
+order) plus the partial UTF-8 state. This module is the reference that the fast mask in :mod:`constrained.mask` is
+checked against, and it is what accepting a token runs.
+
+Example:
+    >>> from constrained.ir import ParsedGrammar, ElementType as T
+    >>> g = GrammarRules(ParsedGrammar(((( T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0))
+    >>> g.initial_stacks()
+    ((0,),)
+    >>> g.accept_token(g.initial_stacks(), (0, 0), 5, [97])
+    (((),), (0, 0))
+"""
+
+from __future__ import annotations
+
+from .errors import ConstrainedError
+from .ir import ElementType, ParsedGrammar
+
+END, ALT, RULE_REF = ElementType.END, ElementType.ALT, ElementType.RULE_REF
+CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT, CHAR_ANY = (ElementType.CHAR, ElementType.CHAR_NOT,
+                                                      ElementType.CHAR_RNG_UPPER, ElementType.CHAR_ALT,
+                                                      ElementType.CHAR_ANY)
+TOKEN, TOKEN_NOT = ElementType.TOKEN, ElementType.TOKEN_NOT
+BOTTOM_TYPE = 99           # a sentinel position: "the rest of the stack" (used by the mask cache)
+_CLASS = (CHAR, CHAR_NOT, CHAR_ANY)
+_TERMINAL = (CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT, BOTTOM_TYPE)
+_ANY_HI = 0xFFFFFFFF
+
+Stack = tuple[int, ...]
+Stacks = tuple[Stack, ...]
+Partial = tuple[int, int]   # (value, n_remain)
+
+
+class GrammarStateError(ConstrainedError, ValueError):
+    """The element vectors are not a grammar llama.cpp could run (bad rule reference, stack on a non-terminal)."""
+
+
+class GrammarRules:
+    """The flat element vectors of a :class:`ParsedGrammar` and the exact stack operations on them."""
+
+    def __init__(self, parsed: ParsedGrammar) -> None:
+        types: list[int] = []
+        values: list[int] = []
+        self.rule_start: list[int] = []
+        for rule in parsed.rules:
+            self.rule_start.append(len(types))
+            for t, v in rule:          # as llama_grammar_init_impl: copy up to END, then add END
+                if t == END:
+                    break
+                types.append(int(t))
+                values.append(int(v))
+            types.append(int(END))
+            values.append(0)
+        n_rules = len(self.rule_start)
+        for t, v in zip(types, values):
+            if t == RULE_REF and not 0 <= v < n_rules:
+                raise GrammarStateError(f"rule reference {v} out of range ({n_rules} rules)")
+        if not 0 <= parsed.root_id < n_rules:
+            raise GrammarStateError(f"root rule {parsed.root_id} out of range ({n_rules} rules)")
+        self.bottom = len(types)       # sentinel position
+        types.append(BOTTOM_TYPE)
+        values.append(0)
+        types.append(int(END))         # so that pos + 1 of the sentinel is readable
+        values.append(0)
+        self.types = types
+        self.values = values
+        self.root_id = parsed.root_id
+        self.has_tokens = any(t in (TOKEN, TOKEN_NOT) for t in types)
+        # character classes: position -> (positive, ((lo, hi), ...), position after the class)
+        self.classes: dict[int, tuple[bool, tuple[tuple[int, int], ...], int]] = {}
+        for p, t in enumerate(types):
+            if t in _CLASS:
+                self.classes[p] = self._compile_class(p)
+        self._advance_memo: dict[Stack, Stacks] = {}
+        self._next_memo: dict[Stack, Stacks] = {}
+
+    # as llama_grammar_match_char's walk over a class, turned into ranges
+    def _compile_class(self, p: int) -> tuple[bool, tuple[tuple[int, int], ...], int]:
+        types, values = self.types, self.values
+        positive = types[p] in (CHAR, CHAR_ANY)
+        items: list[tuple[int, int]] = []
+        while True:
+            if types[p + 1] == CHAR_RNG_UPPER:
+                items.append((values[p], values[p + 1]))
+                p += 2
+            elif types[p] == CHAR_ANY:
+                items.append((0, _ANY_HI))
+                p += 1
+            else:
+                items.append((values[p], values[p]))
+                p += 1
+            if types[p] != CHAR_ALT:
+                break
+        return positive, tuple(items), p
+
+    def is_eos(self, p: int) -> bool:
+        """``llama_grammar_is_end_of_sequence``."""
+        return self.types[p] in (END, ALT)
+
+    def match_char(self, p: int, cp: int) -> bool:
+        """``llama_grammar_match_char(pos, chr).first``."""
+        positive, items, _ = self.classes[p]
+        for lo, hi in items:
+            if lo <= cp <= hi:
+                return positive
+        return not positive
+
+    def match_partial(self, p: int, value: int, n_remain: int) -> bool:
+        """``llama_grammar_match_partial_char``."""
+        if n_remain < 0 or (n_remain == 1 and value < 2):
+            return False
+        low = value << (n_remain * 6)
+        high = low | ((1 << (n_remain * 6)) - 1)
+        if low == 0:
+            if n_remain == 2:
+                low = 1 << 11
+            elif n_remain == 3:
+                low = 1 << 16
+        positive, items, _ = self.classes[p]
+        for lo, hi in items:
+            if lo <= high and low <= hi:
+                return positive
+        return not positive
+
+    def match_token(self, p: int, token: int) -> bool:
+        """``llama_grammar_match_token``."""
+        if self.types[p] == TOKEN:
+            return self.values[p] == token
+        return self.values[p] != token
+
+    # as llama_grammar_advance_stack (LIFO work list, seen set, output in discovery order)
+    def advance(self, stack: Stack) -> Stacks:
+        """The stacks ``stack`` expands to, each with a terminal on top or empty (memoised)."""
+        memo = self._advance_memo.get(stack)
+        if memo is not None:
+            return memo
+        types = self.types
+        out: list[Stack] = []
+        outset: set[Stack] = set()
+        todo = [stack]
+        seen: set[Stack] = set()
+        while todo:
+            cur = todo.pop()
+            if cur in seen:
+                continue
+            seen.add(cur)
+            if not cur:
+                if cur not in outset:
+                    outset.add(cur)
+                    out.append(cur)
+                continue
+            pos = cur[-1]
+            t = types[pos]
+            if t == RULE_REF:
+                sub = self.rule_start[self.values[pos]]
+                base = cur[:-1] if self.is_eos(pos + 1) else cur[:-1] + (pos + 1,)
+                while True:
+                    todo.append(base if self.is_eos(sub) else base + (sub,))
+                    while not self.is_eos(sub):
+                        sub += 1
+                    if types[sub] == ALT:
+                        sub += 1
+                    else:
+                        break
+            elif t in _TERMINAL:
+                if cur not in outset:
+                    outset.add(cur)
+                    out.append(cur)
+            else:
+                raise GrammarStateError(f"stack top at a non-terminal element (type {t}) at position {pos}")
+        res = tuple(out)
+        if len(self._advance_memo) > 200_000:
+            self._advance_memo.clear()
+        self._advance_memo[stack] = res
+        return res
+
+    def advance_into(self, stack: Stack, out: list[Stack], outset: set[Stack]) -> None:
+        """``llama_grammar_advance_stack(rules, stack, new_stacks)`` appending to an existing output."""
+        for s in self.advance(stack):
+            if s not in outset:
+                outset.add(s)
+                out.append(s)
+
+    def after_char(self, stack: Stack) -> Stack:
+        """The stack once the class on top has matched one code point (before advancing)."""
+        nxt = self.classes[stack[-1]][2]
+        return stack[:-1] if self.is_eos(nxt) else stack[:-1] + (nxt,)
+
+    def next_stacks(self, stack: Stack) -> Stacks:
+        """``advance(after_char(stack))``, memoised: where a class-topped stack goes after one code point."""
+        memo = self._next_memo.get(stack)
+        if memo is None:
+            memo = self.advance(self.after_char(stack))
+            if len(self._next_memo) > 200_000:
+                self._next_memo.clear()
+            self._next_memo[stack] = memo
+        return memo
+
+    def initial_stacks(self) -> Stacks:
+        """The stacks of a fresh grammar, as ``llama_grammar_init_impl`` builds them."""
+        out: list[Stack] = []
+        outset: set[Stack] = set()
+        pos = self.rule_start[self.root_id]
+        while True:
+            self.advance_into(() if self.is_eos(pos) else (pos,), out, outset)
+            while not self.is_eos(pos):
+                pos += 1
+            if self.types[pos] == ALT:
+                pos += 1
+            else:
+                break
+        return tuple(out)
+
+    # as llama_grammar_accept_chr + llama_grammar_accept (one code point, all stacks)
+    def accept_char(self, stacks: Stacks, cp: int) -> Stacks:
+        out: list[Stack] = []
+        outset: set[Stack] = set()
+        for stack in stacks:
+            self._accept_chr(stack, cp, out, outset)
+        return tuple(out)
+
+    def _accept_chr(self, stack: Stack, cp: int, out: list[Stack], outset: set[Stack]) -> None:
+        if not stack:
+            return
+        pos = stack[-1]
+        if self.types[pos] in (TOKEN, TOKEN_NOT):
+            return
+        if self.match_char(pos, cp):
+            for s in self.next_stacks(stack):
+                if s not in outset:
+                    outset.add(s)
+                    out.append(s)
+
+    # as llama_grammar_accept_token (the state change of llama_grammar_accept_impl for a non-EOG token)
+    def accept_token(self, stacks: Stacks, partial: Partial, token: int, cps: list[int],
+                     new_partial: Partial | None = None) -> tuple[Stacks, Partial] | None:
+        """Advance ``stacks`` over ``token`` whose accept-side code points are ``cps``.
+
+        Returns ``None`` where llama.cpp throws "Unexpected empty grammar stack".
+        """
+        out: list[Stack] = []
+        outset: set[Stack] = set()
+        for stack in stacks:
+            if not stack:
+                continue
+            pos = stack[-1]
+            if self.types[pos] in (TOKEN, TOKEN_NOT):
+                if self.match_token(pos, token):
+                    nxt = stack[:-1] if self.is_eos(pos + 1) else stack[:-1] + (pos + 1,)
+                    self.advance_into(nxt, out, outset)
+            else:
+                cur: Stacks = (stack,)
+                for cp in cps:
+                    cur = self.accept_char(cur, cp)
+                    if not cur:
+                        break
+                for s in cur:
+                    if s not in outset:
+                        outset.add(s)
+                        out.append(s)
+        if not out:
+            return None
+        return tuple(out), (new_partial if new_partial is not None else partial)
+
+    # a boolean llama_grammar_reject_candidates_for_stack for one candidate
+    def stack_accepts(self, stack: Stack, cps: list[int], i: int, value: int, n_remain: int, token: int,
+                      visited: set[tuple[Stack, int]] | None = None) -> bool:
+        """Whether ``stack`` does not reject the candidate whose code points from ``i`` on are ``cps[i:]``."""
+        if not stack:
+            return i == len(cps) and n_remain == 0
+        pos = stack[-1]
+        t = self.types[pos]
+        if t in (TOKEN, TOKEN_NOT):
+            if i == len(cps):
+                return n_remain == 0
+            return self.match_token(pos, token)
+        if i == len(cps):
+            return n_remain == 0 or self.match_partial(pos, value, n_remain)
+        if not self.match_char(pos, cps[i]):
+            return False
+        if visited is None:
+            visited = set()
+        for s in self.next_stacks(stack):
+            key = (s, i + 1)
+            if key in visited:
+                continue
+            visited.add(key)
+            if self.stack_accepts(s, cps, i + 1, value, n_remain, token, visited):
+                return True
+        return False
+
+    def stacks_accept(self, stacks: Stacks, cps: list[int], value: int, n_remain: int, token: int) -> bool:
+        """``llama_grammar_reject_candidates`` for one candidate: True unless every stack rejects it."""
+        visited: set[tuple[Stack, int]] = set()
+        return any(self.stack_accepts(s, cps, 0, value, n_remain, token, visited) for s in stacks)
+
+    # as llama_grammar_reject_candidates_for_stack, with llama.cpp's output order (for test-llama-grammar)
+    def reject_candidates_for_stack(self, stack: Stack, cands: list[tuple[int, list[int], int, Partial, int]]
+                                    ) -> list[tuple[int, list[int], int, Partial, int]]:
+        """Candidates are ``(index, code_points, offset, (value, n_remain), token)``; returns the rejected ones."""
+        rejects = []
+        if not stack:
+            return [c for c in cands if c[2] < len(c[1]) or c[3][1] != 0]
+        pos = stack[-1]
+        if self.types[pos] in (TOKEN, TOKEN_NOT):
+            for c in cands:
+                if c[2] == len(c[1]):
+                    if c[3][1] != 0:
+                        rejects.append(c)
+                elif not self.match_token(pos, c[4]):
+                    rejects.append(c)
+            return rejects
+        nxt = []
+        for c in cands:
+            if c[2] == len(c[1]):
+                if c[3][1] != 0 and not self.match_partial(pos, *c[3]):
+                    rejects.append(c)
+            elif self.match_char(pos, c[1][c[2]]):
+                nxt.append((c[0], c[1], c[2] + 1, c[3], c[4]))
+            else:
+                rejects.append(c)
+        for c in self.reject_candidates(self.next_stacks(stack), nxt):
+            rejects.append((c[0], c[1], c[2] - 1, c[3], c[4]))
+        return rejects
+
+    def reject_candidates(self, stacks: Stacks, cands: list) -> list:
+        """``llama_grammar_reject_candidates``."""
+        if not cands:
+            return []
+        rejects = self.reject_candidates_for_stack(stacks[0], cands)
+        for s in stacks[1:]:
+            rejects = self.reject_candidates_for_stack(s, rejects)
+        return rejects
+
+    def describe(self, stack: Stack) -> list[tuple[int, int]]:
+        """The ``(type, value)`` elements of a stack, bottom first."""
+        return [(self.types[p], self.values[p]) for p in stack]

@@ -1,0 +1,186 @@
+"""Vocabulary preprocessing for the grammar matcher, done once per :class:`~constrained.vocab.Vocabulary`.
+
+Every token piece is decoded to code points with llama.cpp's lenient partial-UTF-8 decoder (``decode_utf8`` in
+src/llama-grammar.cpp), and the results are laid out as flat numpy arrays (a "token table") that the vectorised
+mask walk in :mod:`constrained.mask` consumes. The index is shared by every grammar compiled for the vocabulary.
+
+Example:
+    >>> from constrained.vocab import Vocabulary
+    >>> idx = vocab_index(Vocabulary([b"a", b"\\xc3", b"\\xa9x", b""], eog_ids=[3]))
+    >>> idx.table.length.tolist(), idx.table.rem.tolist()
+    ([1, 0, 0, 0], [0, 1, -1, -1])
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .vocab import Vocabulary
+
+_LOOKUP = (1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4)
+
+
+def decode_utf8(piece: bytes, value: int = 0, n_remain: int = 0) -> tuple[list[int], int, int]:
+    """Decode ``piece`` continuing a partial sequence, exactly as llama.cpp's ``decode_utf8(src, partial_start)``.
+
+    Returns ``(code_points, value, n_remain)``: the code points (without llama.cpp's terminating 0, but with any
+    zero code point an overlong sequence produced) and the partial state at the end. Decoding stops at a NUL byte.
+    An invalid sequence (a stray continuation byte, or a non-continuation byte where a pending sequence needs one)
+    gives ``([], 0, -1)``. Continuation bytes of a *new* sequence are not checked, as in llama.cpp.
+
+    Example:
+        >>> decode_utf8("é".encode()[:1]), decode_utf8(b"\\xa9!", 3, 1)
+        (([], 3, 1), ([233, 33], 33, 0))
+    """
+    nul = piece.find(b"\0")
+    if nul >= 0:
+        piece = piece[:nul]
+    n = len(piece)
+    pos = 0
+    cps: list[int] = []
+    rem = n_remain
+    # continue the previous sequence, if any
+    while pos < n and rem > 0:
+        b = piece[pos]
+        if (b >> 6) != 2:
+            return [], 0, -1
+        value = (value << 6) + (b & 0x3F)
+        pos += 1
+        rem -= 1
+    if n_remain > 0 and rem == 0:
+        cps.append(value)
+    while pos < n:
+        first = piece[pos]
+        rem = _LOOKUP[first >> 4] - 1
+        if rem < 0:
+            return [], 0, -1
+        value = first & ((1 << (7 - rem)) - 1)
+        pos += 1
+        while pos < n and rem > 0:
+            value = (value << 6) + (piece[pos] & 0x3F)
+            pos += 1
+            rem -= 1
+        if rem == 0:
+            cps.append(value)
+    return cps, value, rem
+
+
+def apply_view(cps: list[int]) -> list[int]:
+    """The code points ``llama_grammar_apply_impl`` looks at: up to (not including) the first 0."""
+    try:
+        return cps[:cps.index(0)]
+    except ValueError:
+        return cps
+
+
+@dataclass
+class TokenTable:
+    """Decoded candidates as flat arrays (row ``r`` is token ``ids[r]``).
+
+    ``flat[start[r]:start[r] + length[r]]`` are the code points ``apply`` sees; ``rem``/``val`` the final partial
+    UTF-8 state (``rem`` -1 = invalid, which every stack rejects).
+    """
+
+    ids: np.ndarray      # int64 [n]
+    start: np.ndarray    # int64 [n]
+    length: np.ndarray   # int64 [n]
+    flat: np.ndarray     # int64 [total]
+    rem: np.ndarray      # int64 [n]
+    val: np.ndarray      # int64 [n]
+    order0: np.ndarray | None = None    # rows with length > 0 sorted by first code point
+    cp0: np.ndarray | None = None       # first code points in that order
+    zero_rows: np.ndarray | None = None  # rows with length 0
+
+    @property
+    def n(self) -> int:
+        return len(self.ids)
+
+    @classmethod
+    def build(cls, ids: list[int], decoded: list[tuple[list[int], int, int]], *, sorted_index: bool) -> TokenTable:
+        n = len(ids)
+        length = np.fromiter((len(d[0]) for d in decoded), dtype=np.int64, count=n)
+        start = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(length[:-1], out=start[1:])
+        total = int(length.sum())
+        flat = np.fromiter((c for d in decoded for c in d[0]), dtype=np.int64, count=total)
+        rem = np.fromiter((d[2] for d in decoded), dtype=np.int64, count=n)
+        val = np.fromiter((d[1] if d[2] > 0 else 0 for d in decoded), dtype=np.int64, count=n)
+        t = cls(np.asarray(ids, dtype=np.int64), start, length, flat, rem, val)
+        if sorted_index:
+            nz = np.flatnonzero(length > 0)
+            first = flat[start[nz]]
+            o = np.argsort(first, kind="stable")
+            t.order0 = nz[o]
+            t.cp0 = first[o]
+            t.zero_rows = np.flatnonzero(length == 0)
+        return t
+
+
+class VocabIndex:
+    """Per-vocabulary decoded pieces, shared by all compiled grammars (see :func:`vocab_index`)."""
+
+    def __init__(self, vocab: Vocabulary) -> None:
+        self.n_vocab = n = len(vocab)
+        self.pieces = vocab.pieces
+        self.eog = np.zeros(n, dtype=bool)
+        for i in vocab.eog_ids:
+            self.eog[i] = True
+        self.eog_ids = np.flatnonzero(self.eog)
+        # tokens llama_grammar_apply_impl masks before looking at the grammar: empty pieces, a leading NUL
+        self.dead = np.array([(not p) or p[0] == 0 for p in self.pieces], dtype=bool) & ~self.eog
+        decoded: list[tuple[list[int], int, int]] = []
+        self.full: list[tuple[list[int], int, int]] = []   # accept-side decode (zero code points kept)
+        for i, p in enumerate(self.pieces):
+            d = decode_utf8(p)
+            self.full.append(d)
+            if self.eog[i] or self.dead[i]:
+                decoded.append(([], 0, -1))     # never accepted by a stack; handled apart
+            else:
+                decoded.append((apply_view(d[0]), d[1], d[2]))
+        self.table = TokenTable.build(list(range(n)), decoded, sorted_index=True)
+        # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
+        self.cont_ids = [i for i, p in enumerate(self.pieces)
+                         if p and (p[0] >> 6) == 2 and not self.eog[i]]
+        self._partial_tables: OrderedDict[tuple[int, int], TokenTable] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def decode(self, token: int, value: int, n_remain: int) -> tuple[list[int], int, int]:
+        """The accept-side decode of ``token`` from partial state ``(value, n_remain)``."""
+        if n_remain <= 0:
+            return self.full[token]
+        return decode_utf8(self.pieces[token], value, n_remain)
+
+    def partial_table(self, value: int, n_remain: int) -> TokenTable:
+        """The candidates that can continue a pending sequence, decoded from it (cached, LRU)."""
+        key = (value, n_remain)
+        with self._lock:
+            t = self._partial_tables.get(key)
+            if t is not None:
+                self._partial_tables.move_to_end(key)
+                return t
+        dec = [decode_utf8(self.pieces[i], value, n_remain) for i in self.cont_ids]
+        t = TokenTable.build(self.cont_ids, [(apply_view(c), v, r) for c, v, r in dec], sorted_index=False)
+        with self._lock:
+            self._partial_tables[key] = t
+            if len(self._partial_tables) > 256:
+                self._partial_tables.popitem(last=False)
+        return t
+
+
+_INDEXES: weakref.WeakKeyDictionary[Vocabulary, VocabIndex] = weakref.WeakKeyDictionary()
+_INDEX_LOCK = threading.Lock()
+
+
+def vocab_index(vocab: Vocabulary) -> VocabIndex:
+    """The :class:`VocabIndex` of ``vocab``, built on first use and kept while the vocabulary lives."""
+    with _INDEX_LOCK:
+        idx = _INDEXES.get(vocab)
+        if idx is None:
+            idx = _INDEXES[vocab] = VocabIndex(vocab)
+        return idx
