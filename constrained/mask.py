@@ -199,7 +199,7 @@ def local_info(g: GrammarRules, t: TokenTable, p: int) -> LocalInfo:
         rems_l = t.rem[rows].tolist()
         ids = t.ids[rows].tolist()
         kidx = np.empty(len(rows), dtype=np.int64)
-        for j, (a, b) in enumerate(zip(starts, ends)):
+        for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
             cps = tuple(flat[a:b].tolist())
             key = (cps, rems_l[j], vals[j], ids[j] if has_tokens else -1)
             k = key_index.get(key)

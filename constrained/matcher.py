@@ -152,7 +152,7 @@ class CompiledGrammar:
 
     def allows_in(self, stacks: Stacks, partial: Partial, token: int) -> bool:
         """Whether ``token`` survives ``llama_grammar_apply_impl`` in state ``(stacks, partial)``."""
-        m = self._masks.get(((stacks, partial)))
+        m = self._masks.get((stacks, partial))
         if m is not None:
             return bool(m[token])
         idx = self.index

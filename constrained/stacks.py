@@ -55,7 +55,7 @@ class GrammarRules:
             types.append(int(END))
             values.append(0)
         n_rules = len(self.rule_start)
-        for t, v in zip(types, values):
+        for t, v in zip(types, values, strict=True):
             if t == RULE_REF and not 0 <= v < n_rules:
                 raise GrammarStateError(f"rule reference {v} out of range ({n_rules} rules)")
         if not 0 <= parsed.root_id < n_rules:
