@@ -1,0 +1,358 @@
+"""libstdc++'s ``std::sort`` and ``std::partial_sort`` (g++ 12), exact in the order they leave tied elements, fast.
+
+The elements are ``(key, id)`` pairs (``id`` = original index) and the comparator looks at the key only:
+``a.key > b.key`` (``descending=True``, what llama.cpp and the s2 sampler use) or ``a.key < b.key``.  Every function
+returns a permutation ``p`` (int64): ``p[j]`` is the id the C++ algorithm leaves at position ``j``.
+
+How the exact result is obtained without a Python loop over every element:
+
+* Keys are mapped to order-preserving integers (``-0.0`` folded onto ``0.0``) packed with the id into one int64
+  *code* ``rank << 32 | id``; ``comp(a, b)`` is ``rank(a) < rank(b)``.  NaN keys raise ``ValueError`` (no strict
+  weak order: libstdc++'s result would be undefined).
+* ``std::sort`` (``__introsort_loop`` + ``__final_insertion_sort``) runs breadth first: all segments of one recursion
+  depth are partitioned together with numpy.  ``__unguarded_partition`` is computed in closed form: on the array as
+  it is after ``__move_median_to_first``, let ``L`` be the positions (after the pivot) whose key does not go before
+  the pivot and ``R`` those (from the back, the pivot included) the pivot does not go before; the partition swaps
+  ``L[j]`` with ``R[j]`` exactly for the ``j`` with ``L[j] < R[j]`` (a prefix), and returns ``L[0]`` when nothing
+  was swapped, else ``min(L[m], R[m-1])``.  (Induction: between swaps the scans only read untouched elements, and
+  the swapped-in elements are the scans' sentinels.)  Segments reaching depth 0 get ``__partial_sort(f, l, l)``,
+  an exact heapsort in Python.  The final insertion sort is a stable insertion sort; since introsort leaves the
+  array in blocks ordered against each other, it equals a stable sort by key of that arrangement.
+* ``std::partial_sort`` is ``__heap_select`` + ``__sort_heap``.  The heap top's rank only decreases, so the elements
+  that can trigger a ``__pop_heap`` (``comp(*i, *first)``) are found chunk by chunk with numpy against the current
+  top (a superset, re-checked one by one); only those run through the exact ``__adjust_heap``/``__push_heap`` port.
+  Every other element stays where it is; each trigger position receives the evicted top.
+
+Example:
+    >>> import numpy as np
+    >>> keys = np.array([1, 3, 3, 2, 3], dtype=np.float32)
+    >>> sort_perm(keys).tolist()
+    [1, 2, 4, 3, 0]
+    >>> partial_sort_perm(keys, 2).tolist()
+    [2, 1, 0, 3, 4]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = [
+    "codes_for",
+    "partial_sort_perm",
+    "sort_perm",
+    "sort_prefix_perm",
+    "sort_segments_perm",
+]
+
+_THRESHOLD = 16  # _S_threshold
+_LOW = np.int64(0xFFFFFFFF)
+_ONE_HI = np.int64(1 << 32)
+
+
+# ----------------------------------------------------------------------------------------------------------- keys
+
+
+def _ranks(keys: np.ndarray, descending: bool) -> np.ndarray:
+    """Order-preserving int64 ranks: ``comp(a, b)`` (``a`` goes first) iff ``rank[a] < rank[b]``."""
+    k = np.asarray(keys)
+    if k.ndim != 1:
+        raise ValueError(f"keys must be 1-D, got shape {k.shape}")
+    k = k.astype(np.float32, copy=False)
+    if np.isnan(k).any():
+        raise ValueError("keys contain NaN: std::sort/partial_sort need a strict weak order")
+    b = (k + np.float32(0.0)).view(np.int32)  # -0.0 + 0.0 == +0.0: equal keys get equal ranks
+    mono = (b ^ ((b >> 31) & np.int32(0x7FFFFFFF))).astype(np.int64)  # increasing with the float value
+    return ~mono if descending else mono
+
+
+def codes_for(keys: np.ndarray, descending: bool = True) -> np.ndarray:
+    """The packed ``rank << 32 | id`` codes the algorithms move around (exposed for callers that batch)."""
+    r = _ranks(keys, descending)
+    if r.size >= 1 << 31:
+        raise ValueError("too many keys")
+    return (r << 32) | np.arange(r.size, dtype=np.int64)
+
+
+# ----------------------------------------------------------------------------------------------------------- heaps
+
+
+def _adjust_heap(hk: list, hid: list, first: int, hole: int, length: int, vk: int, vid: int) -> None:
+    # as std::__adjust_heap followed by std::__push_heap, on heap [first, first + length) of parallel lists
+    top = hole
+    child = hole
+    half = (length - 1) // 2
+    while child < half:
+        child = 2 * (child + 1)
+        if hk[first + child] < hk[first + child - 1]:
+            child -= 1
+        hk[first + hole] = hk[first + child]
+        hid[first + hole] = hid[first + child]
+        hole = child
+    if (length & 1) == 0 and child == (length - 2) // 2:
+        child = 2 * (child + 1)
+        hk[first + hole] = hk[first + child - 1]
+        hid[first + hole] = hid[first + child - 1]
+        hole = child - 1
+    parent = (hole - 1) // 2
+    while hole > top and hk[first + parent] < vk:
+        hk[first + hole] = hk[first + parent]
+        hid[first + hole] = hid[first + parent]
+        hole = parent
+        parent = (hole - 1) // 2
+    hk[first + hole] = vk
+    hid[first + hole] = vid
+
+
+def _make_heap(hk: list, hid: list, first: int, length: int) -> None:
+    # as std::__make_heap
+    if length < 2:
+        return
+    parent = (length - 2) // 2
+    while True:
+        _adjust_heap(hk, hid, first, parent, length, hk[first + parent], hid[first + parent])
+        if parent == 0:
+            return
+        parent -= 1
+
+
+def _sort_heap(hk: list, hid: list, first: int, length: int) -> None:
+    # as std::__sort_heap: __pop_heap(first, last, last) while the heap has more than one element
+    last = length
+    while last > 1:
+        last -= 1
+        vk, vid = hk[first + last], hid[first + last]
+        hk[first + last], hid[first + last] = hk[first], hid[first]
+        _adjust_heap(hk, hid, first, 0, last, vk, vid)
+
+
+def _heapsort_codes(codes: np.ndarray, start: int, end: int) -> None:
+    # as std::__partial_sort(first, last, last): __heap_select (a make_heap, the loop is empty) + __sort_heap
+    seg = codes[start:end]
+    hk = (seg >> 32).tolist()
+    hid = (seg & _LOW).tolist()
+    _make_heap(hk, hid, 0, end - start)
+    _sort_heap(hk, hid, 0, end - start)
+    codes[start:end] = (np.array(hk, dtype=np.int64) << 32) | np.array(hid, dtype=np.int64)
+
+
+def _triggers(rank: np.ndarray, start: int, top: int):
+    """Yield candidate positions ``i >= start`` with ``rank[i] < top``, chunk by chunk; send the current top back."""
+    n = rank.size
+    pos = start
+    step = max(256, start)
+    while pos < n:
+        end = min(n, pos + step)
+        cand = np.flatnonzero(rank[pos:end] < top)
+        if cand.size:
+            top = yield (cand + pos).tolist(), rank[cand + pos].tolist()
+        pos = end
+        step *= 2
+
+
+def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.ndarray:
+    """The whole arrangement (length n) ``std::partial_sort(first, first + k, last, comp)`` leaves.
+
+    ``k`` must be in ``[0, n]``.  The first ``k`` positions hold the sorted top ``k``; the tail is the original order
+    except where ``__heap_select`` stored an evicted heap top (llama-server sums probabilities in this order).
+
+    Example:
+        >>> partial_sort_perm(np.array([0.0, 2.0, 1.0, 2.0], dtype=np.float32), 1).tolist()
+        [1, 0, 2, 3]
+    """
+    rank = _ranks(keys, descending)
+    n = rank.size
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be in [0, {n}], got {k}")
+    perm = np.arange(n, dtype=np.int64)
+    if n == 0:
+        return perm
+    if k == 0:
+        # __heap_select with an empty heap: every comp(*i, *first) swaps *i with *first (position 0)
+        cur_k, cur_id = int(rank[0]), 0
+        gen = _triggers(rank, 1, cur_k)
+        try:
+            cands = next(gen)
+            while True:
+                for i, ri in zip(*cands, strict=True):
+                    if ri < cur_k:
+                        perm[i] = cur_id
+                        cur_k, cur_id = ri, i
+                cands = gen.send(cur_k)
+        except StopIteration:
+            pass
+        perm[0] = cur_id
+        return perm
+    hk = rank[:k].tolist()
+    hid = list(range(k))
+    _make_heap(hk, hid, 0, k)  # as std::__heap_select
+    evict_pos: list[int] = []
+    evict_id: list[int] = []
+    if k < n:
+        gen = _triggers(rank, k, hk[0])
+        try:
+            cands = next(gen)
+            while True:
+                for i, ri in zip(*cands, strict=True):
+                    if ri < hk[0]:  # comp(*i, *first): __pop_heap(first, middle, i)
+                        evict_pos.append(i)
+                        evict_id.append(hid[0])
+                        _adjust_heap(hk, hid, 0, 0, k, ri, i)
+                cands = gen.send(hk[0])
+        except StopIteration:
+            pass
+    _sort_heap(hk, hid, 0, k)
+    perm[:k] = hid
+    if evict_pos:
+        perm[np.array(evict_pos, dtype=np.int64)] = np.array(evict_id, dtype=np.int64)
+    return perm
+
+
+# ----------------------------------------------------------------------------------------------------------- sort
+
+
+def _median_to_first(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
+    # as std::__move_median_to_first(first, first + 1, mid, last - 1), for many segments at once
+    a = s + 1
+    b = s + (e - s) // 2
+    c = e - 1
+    ha, hb, hc = codes[a] >> 32, codes[b] >> 32, codes[c] >> 32
+    ab, bc, ac = ha < hb, hb < hc, ha < hc
+    sel = np.where(ab, np.where(bc, b, np.where(ac, c, a)), np.where(ac, a, np.where(bc, c, b)))
+    first = codes[s]
+    codes[s] = codes[sel]
+    codes[sel] = first
+
+
+def _partition(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``__unguarded_partition_pivot`` on every segment ``[s, e)`` (all of size > 16); returns the cuts."""
+    _median_to_first(codes, s, e)
+    m = s.size
+    lens = e - s
+    offs = np.cumsum(lens) - lens
+    total = int(offs[-1] + lens[-1])
+    segid = np.repeat(np.arange(m), lens)
+    pos = np.arange(total, dtype=np.int64) + np.repeat(s - offs, lens)
+    vals = codes[pos]
+    p0 = (codes[s] >> 32) << 32  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
+    p0pos = p0[segid]
+    lmask = vals >= p0pos
+    lmask[offs] = False  # the left scan starts after the pivot
+    rmask = vals < p0pos + _ONE_HI
+    lidx = np.flatnonzero(lmask)
+    ridx = np.flatnonzero(rmask)
+    cnt_l = np.add.reduceat(lmask, offs, dtype=np.int64)
+    cnt_r = np.add.reduceat(rmask, offs, dtype=np.int64)
+    start_l = np.cumsum(cnt_l) - cnt_l
+    start_r = np.cumsum(cnt_r) - cnt_r
+    seg_l = np.repeat(np.arange(m), cnt_l)
+    j = np.arange(lidx.size) - start_l[seg_l]
+    valid = j < cnt_r[seg_l]
+    rj_at = np.where(valid, (start_r + cnt_r - 1)[seg_l] - j, 0)
+    rj = ridx[rj_at]
+    swap = valid & (lidx < rj)
+    nswap = np.add.reduceat(swap, start_l, dtype=np.int64)
+    li = lidx[swap]
+    ri = rj[swap]
+    if li.size:
+        codes[pos[li]] = vals[ri]
+        codes[pos[ri]] = vals[li]
+    cut_l = np.where(nswap < cnt_l, lidx[start_l + np.minimum(nswap, cnt_l - 1)], total)
+    cut_r = np.where(nswap > 0, ridx[start_r + cnt_r - np.maximum(nswap, 1)], total)
+    cut = np.minimum(cut_l, cut_r)
+    return s + (cut - offs)
+
+
+def _lg(n: int) -> int:
+    return n.bit_length() - 1  # std::__lg
+
+
+def _introsort(codes: np.ndarray, starts: list[int], ends: list[int], limit: int | None = None) -> int:
+    """``std::__introsort_loop`` on each segment (in place).  With ``limit``, segments starting at or after it are
+    left alone; returns the smallest cut point >= ``limit`` (the block bound the prefix's final sort needs)."""
+    bound = codes.size
+    s_l, e_l, d_l = [], [], []
+    for s, e in zip(starts, ends, strict=True):
+        if e - s > _THRESHOLD and (limit is None or s < limit):
+            s_l.append(s)
+            e_l.append(e)
+            d_l.append(2 * _lg(e - s))
+    s_a = np.array(s_l, dtype=np.int64)
+    e_a = np.array(e_l, dtype=np.int64)
+    d_a = np.array(d_l, dtype=np.int64)
+    while s_a.size:
+        done = d_a == 0
+        if done.any():
+            for s, e in zip(s_a[done].tolist(), e_a[done].tolist(), strict=True):
+                _heapsort_codes(codes, s, e)
+            keep = ~done
+            s_a, e_a, d_a = s_a[keep], e_a[keep], d_a[keep]
+            if not s_a.size:
+                break
+        cut = _partition(codes, s_a, e_a)
+        if limit is not None:
+            over = cut[cut >= limit]
+            if over.size:
+                bound = min(bound, int(over.min()))
+        s_a = np.concatenate([s_a, cut])
+        e_a = np.concatenate([cut, e_a])
+        d_a = np.concatenate([d_a, d_a]) - 1
+        keep = e_a - s_a > _THRESHOLD
+        if limit is not None:
+            keep &= s_a < limit
+        s_a, e_a, d_a = s_a[keep], e_a[keep], d_a[keep]
+    return bound
+
+
+def sort_perm(keys: np.ndarray, descending: bool = True) -> np.ndarray:
+    """The arrangement ``std::sort(first, last, comp)`` leaves, as original indices.
+
+    Example:
+        >>> sort_perm(np.array([0.5, -1.0, 0.5], dtype=np.float32), descending=False).tolist()
+        [1, 0, 2]
+    """
+    codes = codes_for(keys, descending)
+    n = codes.size
+    if n > 1:
+        _introsort(codes, [0], [n])
+        codes = codes[np.argsort(codes >> 32, kind="stable")]  # as std::__final_insertion_sort
+    return codes & _LOW
+
+
+def sort_prefix_perm(keys: np.ndarray, m: int, descending: bool = True) -> np.ndarray:
+    """``sort_perm(keys, descending)[:m]``, tracing only the introsort segments that reach the first ``m`` places.
+
+    Example:
+        >>> sort_prefix_perm(np.array([1, 3, 3, 2, 3], dtype=np.float32), 2).tolist()
+        [1, 2]
+    """
+    codes = codes_for(keys, descending)
+    n = codes.size
+    m = max(0, min(int(m), n))
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    bound = n
+    if n > 1:
+        bound = _introsort(codes, [0], [n], limit=m)
+    head = codes[:bound]
+    return head[np.argsort(head >> 32, kind="stable")[:m]] & _LOW
+
+
+def sort_segments_perm(keys: np.ndarray, bounds: np.ndarray, descending: bool = True) -> np.ndarray:
+    """``std::sort`` applied separately to each ``[bounds[i], bounds[i+1])`` (``bounds`` from 0 to n, ascending),
+    all segments processed together; returns the whole arrangement as original indices.
+
+    Example:
+        >>> sort_segments_perm(np.array([1, 2, 3, 4], dtype=np.float32), np.array([0, 2, 4])).tolist()
+        [1, 0, 3, 2]
+    """
+    codes = codes_for(keys, descending)
+    b = np.asarray(bounds, dtype=np.int64)
+    n = codes.size
+    if b.ndim != 1 or b.size < 1 or b[0] != 0 or b[-1] != n or np.any(np.diff(b) < 0):
+        raise ValueError("bounds must ascend from 0 to len(keys)")
+    if n == 0:
+        return codes
+    _introsort(codes, b[:-1].tolist(), b[1:].tolist())
+    segid = np.repeat(np.arange(b.size - 1, dtype=np.int64), np.diff(b))
+    order = np.lexsort((codes >> 32, segid))  # stable: the final insertion sort of every segment
+    return codes[order] & _LOW

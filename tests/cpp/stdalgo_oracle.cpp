@@ -1,0 +1,38 @@
+// Oracle for sampler/stdalgo.py: libstdc++'s real std::sort / std::partial_sort on (float key, int id) pairs.
+// stdin (binary, repeated): int32 op, int32 n, int32 k, n float32 keys.
+//   op 0: std::sort, comp a.key > b.key     op 1: std::sort, comp a.key < b.key
+//   op 2: std::partial_sort(first, first+k, last), comp >     op 3: the same with <
+// stdout (binary): the n ids in the order the algorithm leaves them (int32), per case.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <vector>
+
+struct E { float key; int32_t id; };
+
+int main() {
+    int32_t hdr[3];
+    std::vector<E> v;
+    std::vector<float> keys;
+    std::vector<int32_t> out;
+    while (fread(hdr, sizeof hdr, 1, stdin) == 1) {
+        const int32_t op = hdr[0], n = hdr[1], k = hdr[2];
+        keys.resize(n);
+        if (n && fread(keys.data(), sizeof(float), n, stdin) != (size_t)n) return 2;
+        v.resize(n);
+        for (int32_t i = 0; i < n; i++) v[i] = {keys[i], i};
+        auto gt = [](const E& a, const E& b) { return a.key > b.key; };
+        auto lt = [](const E& a, const E& b) { return a.key < b.key; };
+        switch (op) {
+            case 0: std::sort(v.begin(), v.end(), gt); break;
+            case 1: std::sort(v.begin(), v.end(), lt); break;
+            case 2: std::partial_sort(v.begin(), v.begin() + k, v.end(), gt); break;
+            case 3: std::partial_sort(v.begin(), v.begin() + k, v.end(), lt); break;
+            default: return 3;
+        }
+        out.resize(n);
+        for (int32_t i = 0; i < n; i++) out[i] = v[i].id;
+        fwrite(out.data(), sizeof(int32_t), n, stdout);
+    }
+    return 0;
+}
