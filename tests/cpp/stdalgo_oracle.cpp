@@ -2,13 +2,34 @@
 // stdin (binary, repeated): int32 op, int32 n, int32 k, n float32 keys.
 //   op 0: std::sort, comp a.key > b.key     op 1: std::sort, comp a.key < b.key
 //   op 2: std::partial_sort(first, first+k, last), comp >     op 3: the same with <
-// stdout (binary): the n ids in the order the algorithm leaves them (int32), per case.
+//   op 4: no sort; writes n float32 keys built by McIlroy's antiqsort adversary against std::sort with <
+//         (input keys ignored): inputs that drive introsort to its depth limit and heapsort fallback
+// stdout (binary): the n ids in the order the algorithm leaves them (int32), per case (op 4: the n keys).
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
 
 struct E { float key; int32_t id; };
+
+// M. D. McIlroy, "A Killer Adversary for Quicksort" (1999): values are fixed lazily as comparisons demand.
+static std::vector<int32_t> adversary(int32_t n) {
+    std::vector<int32_t> val(n, n - 1), ptr(n);
+    const int32_t gas = n - 1;
+    int32_t nsolid = 0, candidate = 0;
+    for (int32_t i = 0; i < n; i++) ptr[i] = i;
+    auto cmp = [&](int32_t x, int32_t y) {
+        if (val[x] == gas && val[y] == gas) {
+            if (x == candidate) val[x] = nsolid++;
+            else val[y] = nsolid++;
+        }
+        if (val[x] == gas) candidate = x;
+        else if (val[y] == gas) candidate = y;
+        return val[x] < val[y];
+    };
+    std::sort(ptr.begin(), ptr.end(), cmp);
+    return val;
+}
 
 int main() {
     int32_t hdr[3];
@@ -19,6 +40,12 @@ int main() {
         const int32_t op = hdr[0], n = hdr[1], k = hdr[2];
         keys.resize(n);
         if (n && fread(keys.data(), sizeof(float), n, stdin) != (size_t)n) return 2;
+        if (op == 4) {
+            std::vector<int32_t> val = adversary(n);
+            for (int32_t i = 0; i < n; i++) keys[i] = (float)val[i];
+            fwrite(keys.data(), sizeof(float), n, stdout);
+            continue;
+        }
         v.resize(n);
         for (int32_t i = 0; i < n; i++) v[i] = {keys[i], i};
         auto gt = [](const E& a, const E& b) { return a.key > b.key; };

@@ -1,0 +1,150 @@
+"""sampler.stdalgo against libstdc++'s real std::sort / std::partial_sort on (float key, int id) pairs.
+
+The oracle (tests/cpp/stdalgo_oracle.cpp) sorts structs with the same comparators; every arrangement, ties
+included, must be identical.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from sampler import stdalgo as S
+from tests.cpp.build import compile_cpp, gxx
+
+pytestmark = pytest.mark.skipif(gxx() is None, reason="no C++ compiler (g++) to build the libstdc++ oracle")
+
+SORT_D, SORT_A, PSORT_D, PSORT_A, ADVERSARY = 0, 1, 2, 3, 4
+
+
+@pytest.fixture(scope="module")
+def oracle():
+    exe = compile_cpp("stdalgo_oracle.cpp")
+
+    def run(cases: list[tuple[int, np.ndarray, int]]) -> list[np.ndarray]:
+        buf = b"".join(
+            np.array([op, len(k), kk], dtype=np.int32).tobytes() + np.asarray(k, np.float32).tobytes()
+            for op, k, kk in cases
+        )
+        out = subprocess.run([str(exe)], input=buf, capture_output=True, check=True).stdout
+        res, o = [], 0
+        for op, k, _ in cases:
+            dt = np.float32 if op == ADVERSARY else np.int32
+            res.append(np.frombuffer(out[o: o + 4 * len(k)], dtype=dt).copy())
+            o += 4 * len(k)
+        return res
+
+    return run
+
+
+def _keys(rs: np.random.Generator, n: int) -> np.ndarray:
+    kind = rs.integers(0, 5)
+    if kind == 0:
+        k = rs.normal(size=n)
+    elif kind == 1:
+        k = rs.integers(0, int(rs.integers(1, 9)), n)  # 1..8 distinct values
+    elif kind == 2:
+        k = np.round(rs.normal(size=n) * 4) / 4
+    elif kind == 3:
+        k = np.sort(rs.integers(0, 6, n))[:: int(rs.choice([1, -1]))]  # presorted runs with ties
+    else:
+        k = rs.normal(size=n).astype(np.float32).astype(np.float64)
+        k[rs.random(n) < 0.5] = 0.0
+    k = k.astype(np.float32)
+    if rs.random() < 0.35:
+        k[rs.random(n) < 0.3] = -np.inf
+    return k
+
+
+def _check(oracle, cases):
+    want = oracle(cases)
+    for (op, keys, k), w in zip(cases, want, strict=True):
+        desc = op in (SORT_D, PSORT_D)
+        if op in (SORT_D, SORT_A):
+            got = S.sort_perm(keys, descending=desc)
+            assert np.array_equal(got, w), ("sort", op, len(keys))
+            for m in {1, min(30, len(keys)), max(1, len(keys) // 3), len(keys)}:
+                assert np.array_equal(S.sort_prefix_perm(keys, m, descending=desc), w[:m]), ("prefix", m)
+        else:
+            got = S.partial_sort_perm(keys, k, descending=desc)
+            assert np.array_equal(got, w), ("partial_sort", op, len(keys), k)
+    return len(cases)
+
+
+def test_random_small_and_medium(oracle):
+    rs = np.random.default_rng(11)
+    cases = []
+    for _ in range(700):
+        n = int(rs.choice([1, 2, 3, 4, 7, 15, 16, 17, 18, 31, 33, 64, 100, 129, 257, 1000, 4096]))
+        keys = _keys(rs, n)
+        op = int(rs.integers(0, 4))
+        k = int(rs.choice([0, 1, 2, min(n, 40), min(n, 128), n, int(rs.integers(0, n + 1))]))
+        cases.append((op, keys, min(k, n)))
+    assert _check(oracle, cases) == 700
+
+
+@pytest.mark.parametrize("n", [155_776, 262_144])
+def test_large_heavy_ties(oracle, n):
+    rs = np.random.default_rng(n)
+    two = rs.integers(0, 2, n).astype(np.float32)
+    eight = np.where(rs.random(n) < 0.25, -np.inf, rs.integers(0, 8, n)).astype(np.float32)
+    logits = np.round(rs.normal(size=n) * 3, 1).astype(np.float32)
+    cases = [(SORT_D, two, 0), (SORT_D, eight, 0), (SORT_A, logits, 0)]
+    cases += [(PSORT_D, k, kk) for k in (two, eight, logits) for kk in (1, 40, 128)]
+    cases += [(PSORT_D, np.sort(logits), 128), (PSORT_A, logits, 129)]  # ascending input: every element triggers
+    assert _check(oracle, cases) == len(cases)
+
+
+def test_depth_limit_heapsort_fallback(oracle):
+    # McIlroy's adversary drives introsort to its depth limit; flooring the values adds ties inside the heapsorts
+    calls = []
+    orig = S._heapsort_codes
+
+    def spy(codes, s, e):
+        calls.append(e - s)
+        orig(codes, s, e)
+
+    S._heapsort_codes = spy
+    try:
+        cases = []
+        for n in (500, 3000, 20_000):
+            adv = oracle([(ADVERSARY, np.zeros(n, np.float32), 0)])[0]
+            for div in (1, 2, 3, 8):
+                k = np.floor(adv / div).astype(np.float32)
+                cases += [(SORT_A, k, 0), (SORT_D, -k, 0)]
+        _check(oracle, cases)
+    finally:
+        S._heapsort_codes = orig
+    assert len(calls) >= 10  # the fallback really ran
+
+
+def test_segments(oracle):
+    rs = np.random.default_rng(3)
+    keys = _keys(rs, 5000)
+    bounds = np.unique(np.concatenate([[0, 5000], rs.integers(0, 5000, 40)]))
+    want = oracle([(SORT_D, keys[a:b], 0) for a, b in zip(bounds[:-1], bounds[1:], strict=True)])
+    expect = np.concatenate([w + a for w, a in zip(want, bounds[:-1], strict=True)])
+    assert np.array_equal(S.sort_segments_perm(keys, bounds), expect)
+
+
+def test_signed_zero_and_inf_tie(oracle):
+    k = np.array([0.0, -0.0, np.inf, -np.inf, -0.0, 0.0, np.inf] * 7, dtype=np.float32)
+    assert _check(oracle, [(SORT_D, k, 0), (SORT_A, k, 0), (PSORT_D, k, 5), (PSORT_A, k, 3)]) == 4
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="NaN"):
+        S.sort_perm(np.array([1.0, np.nan], dtype=np.float32))
+    with pytest.raises(ValueError, match="NaN"):
+        S.partial_sort_perm(np.array([np.nan, 1.0]), 1)
+    with pytest.raises(ValueError, match="1-D"):
+        S.sort_perm(np.zeros((2, 2), dtype=np.float32))
+    with pytest.raises(ValueError, match="k must be"):
+        S.partial_sort_perm(np.zeros(3, dtype=np.float32), 4)
+    with pytest.raises(ValueError, match="bounds"):
+        S.sort_segments_perm(np.zeros(3, dtype=np.float32), np.array([0, 2]))
+    assert S.sort_perm(np.zeros(0, dtype=np.float32)).tolist() == []
+    assert S.partial_sort_perm(np.zeros(0, dtype=np.float32), 0).tolist() == []
+    assert S.sort_prefix_perm(np.ones(4, dtype=np.float32), 0).tolist() == []
