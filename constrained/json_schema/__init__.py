@@ -1,0 +1,190 @@
+"""JSON Schema → GBNF, text for text as llama.cpp's ``json_schema_to_grammar`` (commit 0c1e57098), plus JSON mode
+and a report of every keyword the grammar does not enforce.
+
+Example:
+    >>> print(json_schema_to_gbnf({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
+    ...                            "required": ["n"]}), end="")
+    n ::= ([1-9] [0-9]{0,15})
+    n-kv ::= "\\"n\\"" space ":" space n
+    root ::= "{" space n-kv space "}"
+    space ::= | " " | "\\n"{1,2} [ \\t]{0,20}
+    >>> [str(k) for k in json_schema_report({"type": "array", "uniqueItems": True})]
+    ['#: uniqueItems: not supported by llama.cpp\\'s converter']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import SchemaError
+from . import nodes as _nodes
+from ._gbnf import productive_rules, read_gbnf
+from ._json import load, u
+from .converter import Converter
+from .nodes import KEYWORDS, SELECTORS, Keyword
+from .report import UnenforcedKeyword, collect
+
+if TYPE_CHECKING:
+    from ..grammar import Grammar
+
+__all__ = [
+    "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
+    "convert_json_schema", "grammar_from_json_schema", "json_mode_gbnf", "json_schema_report",
+    "json_schema_to_gbnf", "server_json_schema",
+]
+
+JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
+"""What llama-server converts for ``response_format: {"type": "json_object"}`` and for an empty schema ``{}``."""
+
+
+@dataclass(frozen=True)
+class SchemaConversion:
+    """The result of one conversion.
+
+    ``gbnf`` is llama.cpp's grammar text; ``unenforced`` lists the keywords it does not enforce; ``warnings`` are the
+    lines llama.cpp prints to stderr (``WARNING: JSON schema conversion was incomplete: ...``), without the prefix.
+    """
+
+    gbnf: str
+    unenforced: tuple[UnenforcedKeyword, ...]
+    warnings: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def _recursion_headroom(limit: int = 20000) -> Iterator[None]:
+    old = sys.getrecursionlimit()
+    if old < limit:
+        sys.setrecursionlimit(limit)
+    try:
+        yield
+    finally:
+        if old < limit:
+            sys.setrecursionlimit(old)
+
+
+def _unproductive_ref_path(doc: _nodes.Document) -> str:
+    """The path of the first $ref that cannot end (node-level least fixpoint), or '#'."""
+    good: set[int] = set()
+
+    def ok(n: _nodes.Node | None) -> bool:
+        if n is None:
+            return False
+        k = n.kind
+        if k == _nodes.REF:
+            return id(n.target) in good if n.target is not None else False
+        if k == _nodes.ANY_OF:
+            return any(id(c) in good for c in n.children)
+        if k in (_nodes.ALL_OF, _nodes.TUPLE):
+            return all(id(c) in good for c in n.children)
+        if k == _nodes.OBJECT:
+            return all(id(s) in good for _p, s, req in n.properties if req)
+        if k == _nodes.ARRAY:
+            return n.min_items == 0 or id(n.items) in good
+        return True
+
+    changed = True
+    while changed:
+        changed = False
+        for n in doc.nodes:
+            if id(n) not in good and ok(n):
+                good.add(id(n))
+                changed = True
+    for n in doc.nodes:
+        if n.kind == _nodes.REF and id(n) not in good:
+            return u(n.path)
+    return "#"
+
+
+def convert_json_schema(schema: Any) -> SchemaConversion:
+    """Convert a schema (dict, JSON text or bytes, or a pydantic model class) and report what is not enforced.
+
+    Raises SchemaError (with llama.cpp's message and ``.path``) where llama.cpp refuses the schema, and also where
+    the grammar would accept nothing (a ``$ref`` cycle with no way out).
+
+    >>> convert_json_schema({"type": "string", "pattern": "[0-9]+"}).warnings
+    ("pattern [0-9]+ is not supported (not anchored with '^' and '$'), accepting any string",)
+    """
+    value = load(schema)
+    with _recursion_headroom():
+        try:
+            doc = _nodes.build_document(value)
+            conv = Converter()
+            conv.visit(doc.root, "")
+        except RecursionError:
+            raise SchemaError("JSON schema is nested too deeply to convert", path="#") from None
+    conv.check_errors()
+    text = u(conv.format_grammar())
+    try:
+        rules = read_gbnf(text)
+    except (ValueError, IndexError):
+        rules = None  # text outside the reader's subset (a user pattern): llama.cpp's parser will judge it
+    if rules is not None and "root" not in productive_rules(rules):
+        path = _unproductive_ref_path(doc)
+        raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
+                          "or contradictory bounds)", path=path)
+    unenforced = collect(doc, conv, value)
+    return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings))
+
+
+def json_schema_to_gbnf(schema: Any) -> str:
+    """The GBNF text llama.cpp's ``json_schema_to_grammar`` produces for this schema.
+
+    >>> json_schema_to_gbnf('{"enum": ["a", 1]}').splitlines()[0]
+    'root ::= ("\\\\"a\\\\"" | "1")'
+    """
+    return convert_json_schema(schema).gbnf
+
+
+def json_schema_report(schema: Any) -> tuple[UnenforcedKeyword, ...]:
+    """The keywords of ``schema`` that its grammar does not enforce (empty when it enforces everything).
+
+    >>> json_schema_report({"type": "integer", "minimum": 0})
+    ()
+    """
+    return convert_json_schema(schema).unenforced
+
+
+def grammar_from_json_schema(schema: Any, *, strict: bool = False) -> Grammar:
+    """A ``Grammar`` for the schema, with ``unenforced`` set; ``strict=True`` raises SchemaError instead when some
+    keyword is not enforced.
+
+    >>> g = grammar_from_json_schema({"type": "array", "items": {"type": "boolean"}})  # doctest: +SKIP
+    >>> g.unenforced                                                                   # doctest: +SKIP
+    ()
+    """
+    from ..grammar import Grammar
+
+    result = convert_json_schema(schema)
+    if strict and result.unenforced:
+        first = result.unenforced[0]
+        listing = "\n".join(f"  {k}" for k in result.unenforced)
+        raise SchemaError(f"JSON schema error at {first.path}: the grammar does not enforce "
+                          f"{len(result.unenforced)} keyword(s):\n{listing}", path=first.path)
+    return dataclasses.replace(Grammar.from_gbnf(result.gbnf), unenforced=result.unenforced)
+
+
+def server_json_schema(schema: Any) -> Any:
+    """The schema llama-server converts: an empty object means any object (``{"type": "object"}``), as both
+    ``/completion`` (json_schema) and ``/v1/chat/completions`` (response_format) do.
+
+    >>> server_json_schema({})
+    {'type': 'object'}
+    """
+    value = load(schema)
+    if isinstance(value, dict) and not value:
+        return dict(JSON_OBJECT_SCHEMA)
+    return value
+
+
+def json_mode_gbnf() -> str:
+    """The grammar of llama-server's JSON mode (``response_format: {"type": "json_object"}`` without a schema).
+
+    >>> json_mode_gbnf().splitlines()[-2]
+    'root ::= object'
+    """
+    return json_schema_to_gbnf(JSON_OBJECT_SCHEMA)

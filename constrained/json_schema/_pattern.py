@@ -1,0 +1,224 @@
+"""A string ``pattern`` → GBNF, as llama.cpp's ``_pattern_to_rule`` (common/json-schema-to-grammar.cpp).
+
+The pattern is read byte by byte (bytes held in ``str``). Only anchored ``^...$`` patterns of a subset are
+converted; ``UnsupportedPattern`` makes the caller fall back to any string (with a warning), ``InvalidPattern`` is an
+error.
+
+Example:
+    >>> rules = {}
+    >>> def add_rule(name, body):
+    ...     rules[name] = body
+    ...     return name
+    >>> pattern_to_rule("^[a-z]+(-[0-9]{2})?$", "root", add_rule)
+    'root'
+    >>> rules["root"]
+    '"\\\\"" ([a-z]+ ("-" [0-9]{2})?) "\\\\""'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ._json import INT_MAX
+from ._rules import build_repetition
+
+MAX_PATTERN_DEPTH = 100
+NON_LITERAL = frozenset("|.()[]{}*+?^$")
+ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS = frozenset("^$.[]()|{}*+?")
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+class UnsupportedPattern(Exception):
+    """A valid regex with no grammar equivalent (the rule falls back to any string)."""
+
+
+class InvalidPattern(Exception):
+    """Not a valid regex (a conversion error)."""
+
+
+def gbnf_escape_length(pattern: str, pos: int) -> int:
+    # as gbnf_escape_length: the escapes llama.cpp's GBNF parser understands, else 0
+    if pos + 1 >= len(pattern) or pattern[pos] != "\\":
+        return 0
+    nxt = pattern[pos + 1]
+    n_hex = {"x": 2, "u": 4, "U": 8}.get(nxt)
+    if n_hex is None:
+        return 2 if nxt in 'trn\\"[]-' else 0
+    if pos + 2 + n_hex > len(pattern):
+        return 0
+    if not all(h in _HEX for h in pattern[pos + 2:pos + 2 + n_hex]):
+        return 0
+    return 2 + n_hex
+
+
+def _stoi(text: str) -> int:
+    """``std::stoi``: leading spaces, a sign, digits (then anything); ValueError where it throws."""
+    s = text.lstrip(" \t\n\v\f\r")
+    sign = -1 if s[:1] == "-" else 1
+    if s[:1] in ("+", "-") and s:
+        s = s[1:]
+    digits = ""
+    for ch in s:
+        if "0" <= ch <= "9":
+            digits += ch
+        else:
+            break
+    if not digits:
+        raise ValueError(text)
+    value = sign * int(digits)
+    if not -(1 << 31) <= value <= INT_MAX:
+        raise ValueError(text)
+    return value
+
+
+def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str], dotall: bool = False) -> str:
+    """Add the rule for ``pattern`` under ``name`` (sub-rules ``name-N``); returns the rule name."""
+    if len(pattern) < 2 or pattern[0] != "^" or pattern[-1] != "$":
+        raise UnsupportedPattern("not anchored with '^' and '$'")
+    sub = pattern[1:-1]
+    length = len(sub)
+    sub_rule_ids: dict[str, str] = {}
+    state = {"i": 0, "depth": 0}
+
+    def to_rule(item: tuple[str, bool]) -> str:
+        return f'"{item[0]}"' if item[1] else item[0]
+
+    def transform() -> tuple[str, bool]:
+        seq: list[tuple[str, bool]] = []
+
+        def join_seq() -> tuple[str, bool]:
+            ret: list[tuple[str, bool]] = []
+            literal = ""
+            for text, is_lit in seq:
+                if is_lit:
+                    literal += text
+                else:
+                    if literal:
+                        ret.append((literal, True))
+                        literal = ""
+                    ret.append((text, False))
+            if literal:
+                ret.append((literal, True))
+            return " ".join(to_rule(x) for x in ret), False
+
+        while state["i"] < length:
+            i = state["i"]
+            c = sub[i]
+            if c == ".":
+                seq.append((add_rule("dot", "[\\U00000000-\\U0010FFFF]" if dotall else "[^\\x0A\\x0D]"), False))
+                state["i"] += 1
+            elif c == "(":
+                i += 1
+                if i < length and sub[i] == "?":
+                    if i + 1 < length and sub[i + 1] == ":":
+                        i += 2
+                    else:
+                        raise UnsupportedPattern("unsupported group syntax")
+                state["i"] = i
+                state["depth"] += 1
+                if state["depth"] > MAX_PATTERN_DEPTH:
+                    raise UnsupportedPattern("pattern nesting too deep")
+                seq.append(("(" + to_rule(transform()) + ")", False))
+            elif c == ")":
+                state["i"] += 1
+                if state["depth"] == 0:
+                    raise InvalidPattern("unbalanced parentheses")
+                state["depth"] -= 1
+                return join_seq()
+            elif c in "^$":
+                raise UnsupportedPattern("anchor inside the pattern")
+            elif c == "[":
+                cls = "["
+                i += 1
+                while i < length and sub[i] != "]":
+                    if sub[i] == "\\":
+                        n = gbnf_escape_length(sub, i)
+                        if n == 0:
+                            raise UnsupportedPattern("unsupported escape in character class: " + sub[i:i + 2])
+                        cls += sub[i:i + n]
+                        i += n
+                    else:
+                        cls += sub[i]
+                        i += 1
+                if i >= length:
+                    raise InvalidPattern("unterminated character class")
+                state["i"] = i + 1
+                seq.append((cls + "]", False))
+            elif c == "|":
+                seq.append(("|", False))
+                state["i"] += 1
+            elif c in "*+?":
+                if not seq:
+                    raise InvalidPattern("nothing to repeat")
+                seq[-1] = (to_rule(seq[-1]) + c, False)
+                state["i"] += 1
+            elif c == "{":
+                curly = "{"
+                i += 1
+                while i < length and sub[i] != "}":
+                    curly += sub[i]
+                    i += 1
+                if i >= length:
+                    raise UnsupportedPattern("unterminated curly brackets")
+                state["i"] = i + 1
+                nums = curly[1:].split(",")
+                min_times, max_times = 0, INT_MAX
+                if len(nums) not in (1, 2):
+                    raise UnsupportedPattern("wrong number of values in curly brackets")
+                try:
+                    if len(nums) == 1:
+                        min_times = max_times = _stoi(nums[0])
+                    else:
+                        if nums[0]:
+                            min_times = _stoi(nums[0])
+                        if nums[1]:
+                            max_times = _stoi(nums[1])
+                except ValueError:
+                    raise UnsupportedPattern("invalid number in curly brackets") from None
+                if not seq:
+                    raise InvalidPattern("nothing to repeat")
+                text, is_lit = seq[-1]
+                if not is_lit:
+                    sub_id = sub_rule_ids.get(text)
+                    if sub_id is None:
+                        sub_rule_ids[text] = ""
+                        sub_id = add_rule(f"{name}-{len(sub_rule_ids)}", text)
+                        sub_rule_ids[text] = sub_id
+                    text = sub_id
+                seq[-1] = (build_repetition(f'"{text}"' if is_lit else text, min_times, max_times, ""), False)
+            else:
+                literal = ""
+                while i < length:
+                    ch = sub[i]
+                    if ch == "\\":
+                        if i == length - 1:
+                            raise InvalidPattern("trailing backslash")
+                        nxt = sub[i + 1]
+                        if nxt in ESCAPED_IN_REGEXPS_BUT_NOT_IN_LITERALS:
+                            literal += nxt
+                            i += 2
+                        else:
+                            n = gbnf_escape_length(sub, i)
+                            if n == 0:
+                                raise UnsupportedPattern("unsupported escape: " + sub[i:i + 2])
+                            literal += sub[i:i + n]
+                            i += n
+                    elif ch == '"':
+                        literal += '\\"'
+                        i += 1
+                    elif ch not in NON_LITERAL and (i == length - 1 or not literal or sub[i + 1] == "."
+                                                    or sub[i + 1] not in NON_LITERAL):
+                        literal += ch
+                        i += 1
+                    else:
+                        break
+                state["i"] = i
+                if not literal:
+                    raise UnsupportedPattern("unsupported character: " + c)
+                seq.append((literal, True))
+        return join_seq()
+
+    rule = to_rule(transform())
+    if state["depth"] != 0:
+        raise InvalidPattern("unbalanced parentheses")
+    return add_rule(name, '"\\"" (' + rule + ') "\\""')
