@@ -167,56 +167,32 @@ class LocalInfo:
 
     accepted: np.ndarray          # bool over table rows: accepted for sure
     unc_rows: np.ndarray          # rows that pop into the rest of the stack (one entry per (row, depth))
-    unc_key: np.ndarray           # index into ``keys`` for each entry
-    keys: TokenTable | None       # the distinct remainders (code points from the pop on, final partial state)
+    keys: TokenTable | None       # their remainders (code points from the pop on, final partial state), same order
 
 
-def local_info(g: GrammarRules, t: TokenTable, p: int) -> LocalInfo:
-    """Walk the table from the stack ``(sentinel, p)`` (the XGrammar-style per-position precomputation)."""
+def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
+    """Walk the table from the stack ``(sentinel, *suffix)`` (the XGrammar-style per-position precomputation)."""
     pops: list = []
-    acc = walk(g, t, g.advance((g.bottom, p)), pops=pops)
+    acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops)
     # a pop with nothing left and no pending sequence is accepted by any stack below
-    rows_l, keys_l = [], []
-    key_index: dict[tuple, int] = {}
-    key_cps: list[tuple[list[int], int, int]] = []
-    key_ids: list[int] = []
-    has_tokens = g.has_tokens
+    rows_l, depth_l = [], []
     for rows, depth in pops:
         rows = rows[~acc[rows]]
         if not len(rows):
             continue
-        lens = t.length[rows]
-        rems = t.rem[rows]
-        sure = (lens == depth) & (rems == 0)
+        sure = (t.length[rows] == depth) & (t.rem[rows] == 0)
         acc[rows[sure]] = True
         rows = rows[~sure]
-        if not len(rows):
-            continue
-        starts = (t.start[rows] + depth).tolist()
-        ends = (t.start[rows] + t.length[rows]).tolist()
-        flat = t.flat
-        vals = t.val[rows].tolist()
-        rems_l = t.rem[rows].tolist()
-        ids = t.ids[rows].tolist()
-        kidx = np.empty(len(rows), dtype=np.int64)
-        for j, (a, b) in enumerate(zip(starts, ends, strict=True)):
-            cps = tuple(flat[a:b].tolist())
-            key = (cps, rems_l[j], vals[j], ids[j] if has_tokens else -1)
-            k = key_index.get(key)
-            if k is None:
-                k = key_index[key] = len(key_cps)
-                key_cps.append((list(cps), vals[j], rems_l[j]))
-                key_ids.append(ids[j])
-            kidx[j] = k
-        rows_l.append(rows)
-        keys_l.append(kidx)
+        if len(rows):
+            rows_l.append(rows)
+            depth_l.append(np.full(len(rows), depth, dtype=np.int64))
+    keys = None
+    unc_rows = np.empty(0, dtype=np.int64)
     if rows_l:
         unc_rows = np.concatenate(rows_l)
-        unc_key = np.concatenate(keys_l)
+        depths = np.concatenate(depth_l)
         keep = ~acc[unc_rows]
-        unc_rows, unc_key = unc_rows[keep], unc_key[keep]
-        keys = TokenTable.build(key_ids, key_cps, sorted_index=True)
-    else:
-        unc_rows = unc_key = np.empty(0, dtype=np.int64)
-        keys = None
-    return LocalInfo(acc, unc_rows, unc_key, keys)
+        unc_rows, depths = unc_rows[keep], depths[keep]
+        if len(unc_rows):
+            keys = t.shifted(unc_rows, depths)
+    return LocalInfo(acc, unc_rows, keys)

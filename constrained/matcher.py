@@ -71,7 +71,7 @@ class CompiledGrammar:
         self.rules = GrammarRules(parsed)
         self.initial_stacks: Stacks = self.rules.initial_stacks()
         self._lock = threading.RLock()
-        self._local: dict[int, LocalInfo] = {}
+        self._local: dict[Stack, LocalInfo] = {}
         self._token_top: dict[int, np.ndarray] = {}
         self._empty: np.ndarray | None = None
         self._masks = _LRU(96)
@@ -82,13 +82,13 @@ class CompiledGrammar:
         return GrammarMatcher(self)
 
     # ---- per-position caches -------------------------------------------------------------------------------
-    def local(self, p: int) -> LocalInfo:
-        li = self._local.get(p)
+    def local(self, suffix: Stack) -> LocalInfo:
+        li = self._local.get(suffix)
         if li is None:
             with self._lock:
-                li = self._local.get(p)
+                li = self._local.get(suffix)
                 if li is None:
-                    li = self._local[p] = local_info(self.rules, self.index.table, p)
+                    li = self._local[suffix] = local_info(self.rules, self.index.table, suffix)
         return li
 
     def _token_mask(self, p: int) -> np.ndarray:
@@ -103,13 +103,16 @@ class CompiledGrammar:
         return self._empty
 
     def precompute(self) -> int:
-        """Build the per-position cache for every character-class position; returns how many."""
-        for p in self.rules.classes:
-            self.local(p)
-        return len(self.rules.classes)
+        """Build the per-position cache for every character-class position; returns how many entries.
 
-    def _uncertain(self, top: int, below: Stack, li: LocalInfo) -> np.ndarray:
-        key = (top, below)
+        (Stacks met at run time may add entries for longer helper-rule suffixes.)
+        """
+        for p in self.rules.classes:
+            self.local((p,))
+        return len(self._local)
+
+    def _uncertain(self, suffix: Stack, below: Stack, li: LocalInfo) -> np.ndarray:
+        key = (suffix, below)
         ok = self._unc.get_lru(key)
         if ok is None:
             ok = walk(self.rules, li.keys, self.rules.advance(below))
@@ -140,11 +143,12 @@ class CompiledGrammar:
                 if g.types[top] in (TOKEN, TOKEN_NOT):
                     m |= self._token_mask(top)
                     continue
-                li = self.local(top)
+                below, suffix = g.split(s)
+                li = self.local(suffix)
                 m |= li.accepted
                 if li.keys is not None:
-                    ok = self._uncertain(top, s[:-1], li)
-                    m[li.unc_rows[ok[li.unc_key]]] = True
+                    ok = self._uncertain(suffix, below, li)
+                    m[li.unc_rows[ok]] = True
         m[self.index.eog_ids] = any(not s for s in stacks)
         m.setflags(write=False)
         self._masks.put(key, m)

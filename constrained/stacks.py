@@ -34,6 +34,13 @@ Stacks = tuple[Stack, ...]
 Partial = tuple[int, int]   # (value, n_remain)
 
 
+def _upto_end(rule):  # noqa: ANN001, ANN202
+    for t, _ in rule:
+        if t == END:
+            return
+        yield t
+
+
 class GrammarStateError(ConstrainedError, ValueError):
     """The element vectors are not a grammar llama.cpp could run (bad rule reference, stack on a non-terminal)."""
 
@@ -45,8 +52,10 @@ class GrammarRules:
         types: list[int] = []
         values: list[int] = []
         self.rule_start: list[int] = []
-        for rule in parsed.rules:
+        rule_of: list[int] = []
+        for rid, rule in enumerate(parsed.rules):
             self.rule_start.append(len(types))
+            rule_of.extend([rid] * (sum(1 for _ in _upto_end(rule)) + 1))
             for t, v in rule:          # as llama_grammar_init_impl: copy up to END, then add END
                 if t == END:
                     break
@@ -67,6 +76,11 @@ class GrammarRules:
         values.append(0)
         self.types = types
         self.values = values
+        rule_of += [-1, -1]
+        self.rule_of = rule_of
+        # rules the GBNF parser generated (groups, repetitions): their names carry an underscore
+        helper = {i for name, i in parsed.symbol_ids.items() if "_" in name}
+        self.helper = [r in helper for r in range(n_rules)] + [False]
         self.root_id = parsed.root_id
         self.has_tokens = any(t in (TOKEN, TOKEN_NOT) for t in types)
         # character classes: position -> (positive, ((lo, hi), ...), position after the class)
@@ -334,6 +348,16 @@ class GrammarRules:
         for s in stacks[1:]:
             rejects = self.reject_candidates_for_stack(s, rejects)
         return rejects
+
+    def split(self, stack: Stack, limit: int = 6) -> tuple[Stack, Stack]:
+        """``(below, suffix)``: the suffix holds the top element and the elements of the generated helper rules
+        (groups, repetitions) between it and the nearest user-written rule, which the mask cache treats as one unit.
+        """
+        i = len(stack) - 1
+        helper, rule_of = self.helper, self.rule_of
+        while i > 0 and len(stack) - i < limit and helper[rule_of[stack[i]]]:
+            i -= 1
+        return stack[:i], stack[i:]
 
     def describe(self, stack: Stack) -> list[tuple[int, int]]:
         """The ``(type, value)`` elements of a stack, bottom first."""

@@ -122,6 +122,18 @@ class TokenTable:
         return t
 
 
+    def shifted(self, rows: np.ndarray, depths: np.ndarray) -> TokenTable:
+        """The candidates ``rows`` with their first ``depths`` code points dropped (sharing ``flat``)."""
+        start = self.start[rows] + depths
+        length = self.length[rows] - depths
+        t = TokenTable(self.ids[rows], start, length, self.flat, self.rem[rows], self.val[rows])
+        nz = np.flatnonzero(length > 0)
+        first = self.flat[start[nz]]
+        o = np.argsort(first, kind="stable")
+        t.order0, t.cp0, t.zero_rows = nz[o], first[o], np.flatnonzero(length == 0)
+        return t
+
+
 class VocabIndex:
     """Per-vocabulary decoded pieces, shared by all compiled grammars (see :func:`vocab_index`)."""
 
@@ -165,7 +177,7 @@ class VocabIndex:
                 self._partial_tables.move_to_end(key)
                 return t
         dec = [decode_utf8(self.pieces[i], value, n_remain) for i in self.cont_ids]
-        t = TokenTable.build(self.cont_ids, [(apply_view(c), v, r) for c, v, r in dec], sorted_index=False)
+        t = TokenTable.build(self.cont_ids, [(apply_view(c), v, r) for c, v, r in dec], sorted_index=True)
         with self._lock:
             self._partial_tables[key] = t
             if len(self._partial_tables) > 256:

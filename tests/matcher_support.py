@@ -1,0 +1,328 @@
+"""Helpers for the matcher's oracle tests: vocabularies as llama.cpp sees them, grammars, random walks.
+
+``reference_parse`` is a small line-by-line port of ``llama_grammar_parser`` (src/llama-grammar.cpp), used to get
+llama.cpp's element vectors in tests independently of the package's own GBNF front end (which the tests also use
+where available, comparing the two).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+
+from constrained.ir import ElementType as T
+from constrained.ir import ParsedGrammar
+from constrained.vocab import Vocabulary
+
+MAX_REP = 2000
+_WORD = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ-0123456789")
+
+
+class _P:
+    def __init__(self, text: bytes, tokenize=None) -> None:  # noqa: ANN001
+        self.s = text + b"\0"
+        self.symbols: dict[str, int] = {}
+        self.rules: dict[int, list] = {}
+        self.tokenize = tokenize
+
+    def c(self, i: int) -> int:
+        return self.s[i] if i < len(self.s) else 0
+
+    def symbol(self, name: str) -> int:
+        return self.symbols.setdefault(name, len(self.symbols))
+
+    def gen(self, base: str) -> int:
+        i = len(self.symbols)
+        self.symbols[f"{base}_{i}"] = i
+        return i
+
+    def space(self, i: int, nl: bool) -> int:
+        while self.c(i) in (32, 9, 35) or (nl and self.c(i) in (13, 10)):
+            if self.c(i) == 35:
+                while self.c(i) not in (0, 13, 10):
+                    i += 1
+            else:
+                i += 1
+        return i
+
+    def name(self, i: int) -> int:
+        j = i
+        while self.c(j) in _WORD:
+            j += 1
+        if j == i:
+            raise ValueError("expecting name")
+        return j
+
+    def int_(self, i: int) -> int:
+        j = i
+        while 48 <= self.c(j) <= 57:
+            j += 1
+        if j == i:
+            raise ValueError("expecting integer")
+        return j
+
+    def hex(self, i: int, n: int) -> tuple[int, int]:
+        v, j = 0, i
+        while j < i + n and self.c(j):
+            ch = chr(self.c(j))
+            if ch not in "0123456789abcdefABCDEF":
+                break
+            v = v * 16 + int(ch, 16)
+            j += 1
+        if j != i + n:
+            raise ValueError("expecting hex chars")
+        return v, j
+
+    def char(self, i: int) -> tuple[int, int]:
+        c = self.c(i)
+        if c == 92:
+            e = chr(self.c(i + 1))
+            if e in "xuU":
+                return self.hex(i + 2, {"x": 2, "u": 4, "U": 8}[e])
+            if e in "trn":
+                return {"t": 9, "r": 13, "n": 10}[e], i + 2
+            if e in '\\"[]-':
+                return ord(e), i + 2
+            raise ValueError("unknown escape")
+        if c:
+            n = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)[c >> 4]
+            v = c & ((1 << (8 - n)) - 1)
+            j = i + 1
+            while j < i + n and self.c(j):
+                v = (v << 6) + (self.c(j) & 0x3F)
+                j += 1
+            return v, j
+        raise ValueError("unexpected end of input")
+
+    def token(self, i: int) -> tuple[int, int]:
+        src = i
+        i += 1
+        if self.c(i) == ord("["):
+            j = self.int_(i + 1)
+            tid = int(self.s[i + 1:j])
+            if self.c(j) != ord("]") or self.c(j + 1) != ord(">"):
+                raise ValueError("expecting ]>")
+            return tid, j + 2
+        while self.c(i) not in (0, ord(">")):
+            i += 1
+        if self.c(i) != ord(">") or self.tokenize is None:
+            raise ValueError("bad token")
+        toks = self.tokenize(self.s[src:i + 1], True)
+        if len(toks) != 1:
+            raise ValueError("invalid token")
+        return toks[0], i + 1
+
+    def alternates(self, i: int, name: str, rid: int, nested: bool) -> int:
+        rule: list = []
+        i = self.sequence(i, name, rule, nested)
+        while self.c(i) == ord("|"):
+            rule.append((T.ALT, 0))
+            i = self.space(i + 1, True)
+            i = self.sequence(i, name, rule, nested)
+        rule.append((T.END, 0))
+        self.rules[rid] = rule
+        return i
+
+    def sequence(self, i: int, name: str, rule: list, nested: bool) -> int:  # noqa: C901
+        last = len(rule)
+        n_prev = 1
+
+        def rep(lo: int, hi: int | None) -> None:
+            nonlocal n_prev
+            if last == len(rule):
+                raise ValueError("expecting preceding item")
+            prev = rule[last:]
+            total = hi if hi is not None and hi > 0 else (lo if lo > 0 else 1)
+            if n_prev * total > MAX_REP:
+                raise ValueError("too many rules")
+            if lo == 0:
+                del rule[last:]
+            else:
+                for _ in range(1, lo):
+                    rule.extend(prev)
+            last_rec = 0
+            n_opt = 1 if hi is None else hi - lo
+            for k in range(n_opt):
+                rid = self.gen(name)
+                rec = list(prev)
+                if k > 0 or hi is None:
+                    rec.append((T.RULE_REF, rid if hi is None else last_rec))
+                rec += [(T.ALT, 0), (T.END, 0)]
+                self.rules[rid] = rec
+                last_rec = rid
+            if n_opt > 0:
+                rule.append((T.RULE_REF, last_rec))
+            n_prev *= total
+
+        while self.c(i):
+            c = self.c(i)
+            if c == ord('"'):
+                i += 1
+                last, n_prev = len(rule), 1
+                while self.c(i) != ord('"'):
+                    if not self.c(i):
+                        raise ValueError("unexpected end of input")
+                    v, i = self.char(i)
+                    rule.append((T.CHAR, v))
+                i = self.space(i + 1, nested)
+            elif c == ord("["):
+                i += 1
+                start = T.CHAR
+                if self.c(i) == ord("^"):
+                    i += 1
+                    start = T.CHAR_NOT
+                last, n_prev = len(rule), 1
+                while self.c(i) != ord("]"):
+                    if not self.c(i):
+                        raise ValueError("unexpected end of input")
+                    v, i = self.char(i)
+                    rule.append((T.CHAR_ALT if last < len(rule) else start, v))
+                    if self.c(i) == ord("-") and self.c(i + 1) != ord("]"):
+                        if not self.c(i + 1):
+                            raise ValueError("unexpected end of input")
+                        v, i = self.char(i + 1)
+                        rule.append((T.CHAR_RNG_UPPER, v))
+                i = self.space(i + 1, nested)
+            elif c in (ord("<"), ord("!")):
+                ty = T.TOKEN
+                if c == ord("!"):
+                    ty = T.TOKEN_NOT
+                    i += 1
+                tid, i = self.token(i)
+                last, n_prev = len(rule), 1
+                rule.append((ty, tid))
+                i = self.space(i, nested)
+            elif c in _WORD:
+                j = self.name(i)
+                rid = self.symbol(self.s[i:j].decode())
+                i = self.space(j, nested)
+                last, n_prev = len(rule), 1
+                rule.append((T.RULE_REF, rid))
+            elif c == ord("("):
+                i = self.space(i + 1, True)
+                before = len(self.symbols)
+                sub = self.gen(name)
+                i = self.alternates(i, name, sub, True)
+                n_prev = max(1, len(self.symbols) - before)
+                last = len(rule)
+                rule.append((T.RULE_REF, sub))
+                if self.c(i) != ord(")"):
+                    raise ValueError("expecting )")
+                i = self.space(i + 1, nested)
+            elif c == ord("."):
+                last, n_prev = len(rule), 1
+                rule.append((T.CHAR_ANY, 0))
+                i = self.space(i + 1, nested)
+            elif c in (ord("*"), ord("+"), ord("?")):
+                i = self.space(i + 1, nested)
+                rep(*{ord("*"): (0, None), ord("+"): (1, None), ord("?"): (0, 1)}[c])
+            elif c == ord("{"):
+                i = self.space(i + 1, nested)
+                j = self.int_(i)
+                lo = int(self.s[i:j])
+                i = self.space(j, nested)
+                hi: int | None = None
+                if self.c(i) == ord("}"):
+                    hi = lo
+                    i = self.space(i + 1, nested)
+                elif self.c(i) == ord(","):
+                    i = self.space(i + 1, nested)
+                    if 48 <= self.c(i) <= 57:
+                        j = self.int_(i)
+                        hi = int(self.s[i:j])
+                        i = self.space(j, nested)
+                    if self.c(i) != ord("}"):
+                        raise ValueError("expecting }")
+                    i = self.space(i + 1, nested)
+                else:
+                    raise ValueError("expecting ,")
+                if lo > MAX_REP:
+                    raise ValueError("too many repetitions")
+                if hi is not None and hi > MAX_REP:
+                    hi = None
+                rep(lo, hi)
+            else:
+                break
+        return i
+
+    def parse(self) -> None:
+        i = self.space(0, True)
+        while self.c(i):
+            j = self.name(i)
+            k = self.space(j, False)
+            rid = self.symbol(self.s[i:j].decode())
+            if self.s[k:k + 3] != b"::=":
+                raise ValueError("expecting ::=")
+            k = self.alternates(self.space(k + 3, True), self.s[i:j].decode(), rid, False)
+            if self.c(k) == 13:
+                k += 2 if self.c(k + 1) == 10 else 1
+            elif self.c(k) == 10:
+                k += 1
+            elif self.c(k):
+                raise ValueError("expecting newline or end")
+            i = self.space(k, True)
+
+
+def reference_parse(text: str | bytes, root: str = "root", tokenize=None) -> ParsedGrammar:  # noqa: ANN001
+    """llama.cpp's element vectors for ``text`` (a port of ``llama_grammar_parser::parse``; no error details)."""
+    p = _P(text.encode() if isinstance(text, str) else text, tokenize)
+    p.parse()
+    n = max(p.rules) + 1 if p.rules else 0
+    if any(i not in p.rules for i in range(n)) or len(p.symbols) > n:
+        raise ValueError("Undefined rule")
+    return ParsedGrammar(tuple(tuple(p.rules[i]) for i in range(n)), dict(p.symbols), p.symbols[root])
+
+
+def parse_gbnf(text: str, root: str = "root", vocab: Vocabulary | None = None) -> ParsedGrammar:
+    """The package's parser if present (``Grammar.from_gbnf``), else the reference port."""
+    try:
+        from constrained.grammar import Grammar
+    except ImportError:
+        return reference_parse(text, root, vocab.tokenize if vocab is not None and vocab.tokenizer else None)
+    g = Grammar.from_gbnf(text, root)
+    return g.parsed(vocab) if vocab is not None else g.parsed(None)
+
+
+@functools.cache
+def oracle_vocab(name: str) -> tuple[object, Vocabulary]:
+    """``(VocabModel, Vocabulary)`` for a vocab GGUF, the Vocabulary read through llama.cpp itself."""
+    from tests.oracle.llama import vocab_model
+    from tests.oracle.sdist import vocab_gguf
+
+    vm = vocab_model(vocab_gguf(name))
+    pieces = [vm.piece(i) for i in range(vm.n_vocab)]
+    eog = [i for i in range(vm.n_vocab) if vm.is_eog(i)]
+    return vm, Vocabulary(pieces, eog, tokenizer=lambda b, ps: vm.tokenize(b, ps), name=name)
+
+
+def grammar_files() -> dict[str, str]:
+    """llama.cpp's ``grammars/*.gbnf`` by stem."""
+    from tests.oracle.sdist import llama_cpp_source
+
+    d = Path(llama_cpp_source()) / "grammars"
+    return {p.stem: p.read_text() for p in sorted(d.glob("*.gbnf"))}
+
+
+@functools.cache
+def _structural(pieces: tuple[bytes, ...]) -> np.ndarray:
+    """ASCII tokens of at most 3 bytes with no letters or digits (closers, separators): the bias to ending."""
+    return np.array([0 < len(p) <= 3 and not any(c in _ALNUM or c >= 0x80 for c in p) for p in pieces], dtype=bool)
+
+
+_ALNUM = set(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+
+
+def pick_token(rng: np.random.Generator, mask: np.ndarray, vocab: Vocabulary, p_end: float = 0.3,
+               p_struct: float = 0.5) -> int:
+    """A random allowed token, biased toward ending: an allowed end-of-generation token with probability
+    ``p_end``, else a short punctuation token with probability ``p_struct``, else any allowed token."""
+    eogs = [e for e in sorted(vocab.eog_ids) if mask[e]]
+    if eogs and rng.random() < p_end:
+        return int(rng.choice(eogs))
+    if rng.random() < p_struct:
+        s = np.flatnonzero(mask & _structural(vocab.pieces))
+        if len(s):
+            return int(rng.choice(s))
+    return int(rng.choice(np.flatnonzero(mask)))
