@@ -7,7 +7,7 @@ step for step and ``test-grammar-parser.cpp``'s expectations can be compared ele
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -44,3 +44,153 @@ class ParsedGrammar:
     rules: tuple[tuple[Element, ...], ...]
     symbol_ids: Mapping[str, int] = field(default_factory=dict)
     root_id: int = 0
+
+
+TEXT_TOKEN = 100
+"""Element type of an unresolved ``<text>`` token reference (value: index into ``Grammar.token_texts``).
+
+Never part of a :class:`ParsedGrammar`: :meth:`constrained.grammar.Grammar.parsed` resolves it to ``TOKEN``
+with the vocabulary's tokenizer, as llama.cpp's ``parse_token`` does while parsing."""
+
+TEXT_TOKEN_NOT = 101
+"""Unresolved ``!<text>`` (resolves to ``TOKEN_NOT``)."""
+
+
+# ---------------------------------------------------------------------------------------------- analyses
+
+def _leftmost_graph(rules: Sequence[Sequence[Element]], may_be_empty: Sequence[bool]) -> list[list[int]]:
+    """For each rule, the rules its alternatives can start with: the leftmost reference, and the next one as
+    long as the previous reference may be empty (the edges llama_grammar_detect_left_recursion follows)."""
+    graph: list[list[int]] = []
+    ref, end, alt = int(ElementType.RULE_REF), int(ElementType.END), int(ElementType.ALT)
+    for rule in rules:
+        edges: list[int] = []
+        recurse = True
+        for kind, value in rule:
+            if kind == ref and recurse:
+                edges.append(value)
+                if not may_be_empty[value]:
+                    recurse = False
+            elif kind == end or kind == alt:
+                recurse = True
+            else:
+                recurse = False
+        graph.append(edges)
+    return graph
+
+
+def _first_reaching_cycle(graph: list[list[int]]) -> int | None:
+    """The smallest node from which a cycle is reachable (iterative Tarjan SCC + reverse reachability)."""
+    n = len(graph)
+    index = [-1] * n
+    low = [0] * n
+    on_stack = [False] * n
+    stack: list[int] = []
+    cyclic = [False] * n
+    counter = 0
+    for start in range(n):
+        if index[start] != -1:
+            continue
+        work = [(start, 0)]
+        while work:
+            v, i = work.pop()
+            if i == 0:
+                index[v] = low[v] = counter
+                counter += 1
+                stack.append(v)
+                on_stack[v] = True
+            edges = graph[v]
+            while i < len(edges):
+                w = edges[i]
+                i += 1
+                if index[w] == -1:
+                    work.append((v, i))
+                    work.append((w, 0))
+                    break
+                if on_stack[w]:
+                    low[v] = min(low[v], index[w])
+            else:
+                if low[v] == index[v]:
+                    component = []
+                    while True:
+                        w = stack.pop()
+                        on_stack[w] = False
+                        component.append(w)
+                        if w == v:
+                            break
+                    if len(component) > 1 or v in graph[v]:
+                        for w in component:
+                            cyclic[w] = True
+                if work:
+                    u = work[-1][0]
+                    low[u] = min(low[u], low[v])
+    reverse: list[list[int]] = [[] for _ in range(n)]
+    for v, edges in enumerate(graph):
+        for w in edges:
+            reverse[w].append(v)
+    reaches = list(cyclic)
+    todo = [v for v in range(n) if cyclic[v]]
+    while todo:
+        w = todo.pop()
+        for v in reverse[w]:
+            if not reaches[v]:
+                reaches[v] = True
+                todo.append(v)
+    return next((v for v in range(n) if reaches[v]), None)
+
+
+def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
+    """The index llama.cpp reports in "left recursion detected for nonterminal at index N", or None.
+
+    As the loop over ``llama_grammar_detect_left_recursion`` in ``llama_grammar_init_impl``: a rule "may be
+    empty" only if one of its alternatives is literally empty, and the first rule (in id order) whose depth-first
+    walk meets a cycle is reported (not necessarily a rule of the cycle).
+
+    Example:
+        >>> T = ElementType
+        >>> left_recursion_index([[(T.CHAR, 97), (T.ALT, 0), (T.RULE_REF, 0), (T.END, 0)]])
+        0
+    """
+    end, alt = int(ElementType.END), int(ElementType.ALT)
+    may_be_empty = []
+    for rule in rules:
+        at_start, empty = True, False
+        for kind, _ in rule:
+            if kind == end or kind == alt:
+                if at_start:
+                    empty = True
+                    break
+                at_start = True
+            else:
+                at_start = False
+        may_be_empty.append(empty)
+    return _first_reaching_cycle(_leftmost_graph(rules, may_be_empty))
+
+
+def nullable_rules(rules: Sequence[Sequence[Element]]) -> list[bool]:
+    """Which rules can match the empty string (a fixpoint; token and character elements are never empty)."""
+    end, alt, ref = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
+    nullable = [False] * len(rules)
+    changed = True
+    while changed:
+        changed = False
+        for r, rule in enumerate(rules):
+            if nullable[r]:
+                continue
+            ok = True
+            for kind, value in rule:
+                if kind == end or kind == alt:
+                    if ok:
+                        nullable[r] = changed = True
+                        break
+                    ok = True
+                elif kind != ref or not nullable[value]:
+                    ok = False
+    return nullable
+
+
+def hidden_left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
+    """Like :func:`left_recursion_index` but with true nullability: finds the left recursion through rules that
+    can match the empty string without a literally empty alternative (``e ::= ()``), which llama.cpp misses
+    and then expands forever in ``llama_grammar_advance_stack``."""
+    return _first_reaching_cycle(_leftmost_graph(rules, nullable_rules(rules)))

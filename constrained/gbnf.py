@@ -1,0 +1,632 @@
+"""GBNF text → llama.cpp's rule vectors: the same symbol ids, element layout, expansion and refusals.
+
+Lark (``gbnf.lark``, LALR with a contextual lexer) tokenizes and parses the text; this module decodes literals,
+classes and escapes as llama.cpp's ``parse_char`` does and lays the elements out in the order
+``llama_grammar_parser`` produces them (ids in order of first appearance, a group's id before its contents,
+helper rules named ``<rule>_<id>``, ``handle_repetitions``' expansion). The text is handled as bytes (lexed as
+latin-1) so that even invalid UTF-8 is read as llama.cpp reads it; a NUL byte ends the text as in C.
+
+Example:
+    >>> layout = parse_gbnf('root ::= "a"+')
+    >>> layout.symbol_ids, layout.rules[1]
+    ({'root': 0, 'root_1': 1}, ((3, 97), (2, 1), (1, 0), (0, 0)))
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from lark import Lark, Transformer, UnexpectedInput, UnexpectedToken
+from lark.lark import PostLex
+
+from .errors import GrammarLimitError, GrammarSyntaxError
+from .ir import TEXT_TOKEN, TEXT_TOKEN_NOT, Element, ElementType
+
+__all__ = ["DEFAULT_LIMITS", "GbnfLayout", "GbnfLimits", "MAX_REPETITION_THRESHOLD", "error_at", "parse_gbnf",
+           "to_bytes"]
+
+MAX_REPETITION_THRESHOLD = 2000  # llama-grammar.cpp's MAX_REPETITION_THRESHOLD
+_U64_MAX = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
+
+_END, _ALT, _REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
+_CHAR, _CHAR_NOT = int(ElementType.CHAR), int(ElementType.CHAR_NOT)
+_RNG, _CHAR_ALT, _ANY = int(ElementType.CHAR_RNG_UPPER), int(ElementType.CHAR_ALT), int(ElementType.CHAR_ANY)
+_TOKEN, _TOKEN_NOT = int(ElementType.TOKEN), int(ElementType.TOKEN_NOT)
+
+
+@dataclass(frozen=True)
+class GbnfLimits:
+    """Bounds that turn hostile grammars into a :class:`GrammarLimitError` instead of a hang or a crash.
+
+    llama.cpp has none of these but the 2000 repetition limits (deep nesting overflows its C stack; a
+    huge literal repeated 2000 times exhausts memory); the defaults are far above any real grammar.
+    """
+
+    max_source_bytes: int = 8 << 20   # grammar text size
+    max_nesting: int = 256            # depth of nested parentheses
+    max_symbols: int = 200_000        # rules, helpers included
+    max_elements: int = 4_000_000     # elements over all rules, after repetition expansion
+
+
+DEFAULT_LIMITS = GbnfLimits()
+
+
+@dataclass(frozen=True)
+class GbnfLayout:
+    """What ``llama_grammar_parser::parse`` leaves in ``rules`` and ``symbol_ids``.
+
+    Text token references (``<think>``) stay as ``(TEXT_TOKEN[_NOT], index into token_texts)``
+    (``resolved`` holds their ids when a resolver was given). ``definitions`` maps a rule id to the byte offset
+    of its (last) definition, ``first_refs`` to that of its first reference.
+    """
+
+    rules: tuple[tuple[Element, ...], ...]
+    symbol_ids: dict[str, int]
+    token_texts: tuple[bytes, ...]
+    token_offsets: tuple[int, ...]
+    resolved: tuple[int, ...] | None
+    definitions: dict[int, int]
+    first_refs: dict[int, int]
+    text: bytes
+
+
+class _Fail(Exception):
+    """An error at a byte offset, turned into a GrammarSyntaxError with line/column by :func:`parse_gbnf`."""
+
+    def __init__(self, message: str, pos: int, *, limit: bool = False) -> None:
+        super().__init__(message)
+        self.message, self.pos, self.limit = message, pos, limit
+
+
+# ---------------------------------------------------------------------------------------------- positions
+
+def to_bytes(text: str | bytes) -> bytes:
+    """The bytes llama.cpp would see for ``text`` (UTF-8; ``surrogateescape`` round-trips decoded bytes)."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        return bytes(text)
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def error_at(data: bytes, pos: int, message: str, *, limit: bool = False) -> GrammarSyntaxError:
+    """A GrammarSyntaxError (or GrammarLimitError) for byte offset ``pos`` of ``data``: 1-based line and
+    column (in characters; ``\\n``, ``\\r\\n`` and ``\\r`` end lines as in llama.cpp), source line and caret."""
+    pos = max(0, min(pos, len(data)))
+    head = data[:pos]
+    line_start = max(head.rfind(b"\n"), head.rfind(b"\r")) + 1
+    line = 1 + head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n")
+    end = len(data)
+    for sep in (b"\n", b"\r"):
+        k = data.find(sep, pos)
+        if k != -1:
+            end = min(end, k)
+    column = len(data[line_start:pos].decode("utf-8", "replace")) + 1
+    source_line = data[line_start:end].decode("utf-8", "replace")
+    cls = GrammarLimitError if limit else GrammarSyntaxError
+    return cls(message, line=line, column=column, source_line=source_line)
+
+
+def _at(text: str, pos: int) -> str:
+    """llama.cpp's ``"... at " + src`` suffix, shortened."""
+    rest = text[pos:pos + 32]
+    if not rest:
+        return "at end of input"
+    shown = rest.encode("latin-1").decode("utf-8", "replace")
+    return f"at {shown!r}" + ("..." if len(text) - pos > 32 else "")
+
+
+# ---------------------------------------------------------------------------------------------- characters
+
+_UTF8_LEN = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)
+_HEX = frozenset("0123456789abcdefABCDEF")
+_SIMPLE_ESCAPES = {"t": 9, "r": 13, "n": 10, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}
+
+
+def _decode_utf8(text: str, i: int) -> tuple[int, int]:
+    # as decode_utf8(const char *): no validation, stops at the end of the text
+    b = ord(text[i])
+    n = _UTF8_LEN[b >> 4]
+    value = b & ((1 << (8 - n)) - 1)
+    end = min(i + n, len(text))
+    j = i + 1
+    while j < end:
+        value = (value << 6) + (ord(text[j]) & 0x3F)
+        j += 1
+    return value, j
+
+
+def _parse_hex(text: str, start: int, size: int) -> tuple[int, int]:
+    # as parse_hex
+    digits = text[start:start + size]
+    if len(digits) != size or not _HEX.issuperset(digits):
+        raise _Fail(f"expecting {size} hex chars {_at(text, start)}", start)
+    return int(digits, 16), start + size
+
+
+def _parse_char(text: str, i: int) -> tuple[int, int]:
+    # as parse_char
+    c = text[i]
+    if c == "\\":
+        e = text[i + 1] if i + 1 < len(text) else ""
+        if e == "x":
+            return _parse_hex(text, i + 2, 2)
+        if e == "u":
+            return _parse_hex(text, i + 2, 4)
+        if e == "U":
+            return _parse_hex(text, i + 2, 8)
+        if e and e in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[e], i + 2
+        raise _Fail(f"unknown escape {_at(text, i)}", i)
+    if c < "\x80":
+        return ord(c), i + 1
+    return _decode_utf8(text, i)
+
+
+def _literal(text: str, start: int, end: int) -> tuple[Element, ...]:
+    """The CHAR elements of the literal ``text[start:end]`` (quotes included)."""
+    inner = text[start + 1:end - 1]
+    if "\\" not in inner and inner.isascii():
+        return tuple((_CHAR, ord(c)) for c in inner)
+    out = []
+    i, stop = start + 1, end - 1
+    while i < stop:
+        cp, i = _parse_char(text, i)
+        out.append((_CHAR, cp))
+    return tuple(out)
+
+
+def _char_class(text: str, start: int, end: int) -> tuple[Element, ...]:
+    """The elements of the class ``text[start:end]``, laid out as parse_sequence's ``[`` branch does."""
+    i, stop = start + 1, end - 1
+    first = _CHAR
+    if i < stop and text[i] == "^":
+        first = _CHAR_NOT
+        i += 1
+    out: list[Element] = []
+    while i < stop:
+        cp, i = _parse_char(text, i)
+        out.append((_CHAR_ALT if out else first, cp))
+        if text[i] == "-" and text[i + 1] != "]":
+            cp, i = _parse_char(text, i + 1)
+            out.append((_RNG, cp))
+    return tuple(out)
+
+
+def _int_value(digits: str) -> int | None:
+    """The integer value, or None beyond uint64 (std::stoull/stoul would throw out_of_range)."""
+    s = digits.lstrip("0")
+    if len(s) > 20:
+        return None
+    v = int(s or "0")
+    return v if v <= _U64_MAX else None
+
+
+# ---------------------------------------------------------------------------------------------- diagnostics
+
+def _scan_quoted(text: str, pos: int) -> _Fail:
+    """The exact llama.cpp error for a literal or class starting at ``pos`` that the lexer could not delimit."""
+    n = len(text)
+    close = '"' if text[pos] == '"' else "]"
+    i = pos + 1
+    if close == "]" and i < n and text[i] == "^":
+        i += 1
+    while i < n and text[i] != close:
+        _, i = _parse_char(text, i)
+        if close == "]" and i < n and text[i] == "-" and (i + 1 >= n or text[i + 1] != "]"):
+            if i + 1 >= n:
+                break
+            _, i = _parse_char(text, i + 1)
+    return _Fail("unexpected end of input", min(i, n))
+
+
+def _scan_token(text: str, pos: int) -> _Fail:
+    """The exact llama.cpp error for a token reference at ``pos`` (parse_token) that the lexer rejected."""
+    n = len(text)
+    i = pos + 1 if text[pos] == "!" else pos
+    if i >= n or text[i] != "<":
+        return _Fail(f"expecting '<' {_at(text, i)}", i)
+    i += 1
+    if i < n and text[i] == "[":
+        i += 1
+        j = i
+        while j < n and text[j].isdigit() and text[j].isascii():
+            j += 1
+        if j == i:
+            return _Fail(f"expecting integer {_at(text, i)}", i)
+        if j >= n or text[j] != "]":
+            return _Fail(f"expecting ']' {_at(text, j)}", j)
+        return _Fail(f"expecting '>' {_at(text, j + 1)}", j + 1)
+    return _Fail(f"expecting '>' {_at(text, n)}", n)
+
+
+_REPEAT_OPS = {"STAR", "PLUS", "QMARK", "LBRACE"}
+
+
+def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
+    """Map a lark error to llama.cpp's message for the same place (``depth``: open parentheses there)."""
+    if isinstance(err, UnexpectedToken):
+        tok = err.token
+        kind = tok.type
+        pos = len(text) if kind == "$END" else tok.start_pos
+        expected = set(err.expected)
+    else:
+        pos = err.pos_in_stream
+        kind = None
+        expected = set(getattr(err, "allowed", ()) or ())
+        c = text[pos]
+        if c in '"[':
+            return _scan_quoted(text, pos)
+        if c in "<!":
+            return _scan_token(text, pos)
+    if kind in _REPEAT_OPS and kind not in expected:
+        what = "expecting preceding item to */+/?/{"
+    elif "DEFINE" in expected:
+        what = "expecting ::="
+    elif "INT" in expected and "_RBRACE" not in expected:
+        what = "expecting an int"
+    elif "COMMA" in expected:
+        what = "expecting ','"
+    elif "_RBRACE" in expected:
+        what = "expecting '}'"
+    elif "NAME" in expected and "STRING" not in expected:
+        what = "expecting name"
+    elif depth > 0:  # inside parentheses parse_alternates stops at anything but ")"
+        what = "expecting ')'"
+    else:
+        what = "expecting newline or end"
+    return _Fail(f"{what} {_at(text, pos)}", pos)
+
+
+# ---------------------------------------------------------------------------------------------- lark
+
+class _Context:
+    """Per-parse state shared by the post-lexer and the transformer (one parse per thread at a time)."""
+
+    def __init__(self, text: str, limits: GbnfLimits, resolve: Callable[[bytes], int] | None) -> None:
+        self.text = text
+        self.limits = limits
+        self.resolve = resolve
+        self.payload: dict[int, Any] = {}   # token start offset -> decoded elements
+        self.token_texts: list[bytes] = []
+        self.token_index: dict[bytes, int] = {}
+        self.token_offsets: list[int] = []
+        self.resolved: list[int] = []
+        self.depth = 0   # open parentheses at the last token lexed
+
+
+_local = threading.local()
+
+
+class _PostLex(PostLex):
+    """Drops newlines inside parentheses, bounds nesting, and decodes literals, classes, token references and
+    repetition counts as they are lexed, so that their errors come in text order as in llama.cpp."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream):  # noqa: ANN001, ANN201
+        ctx: _Context = _local.ctx
+        text, payload = ctx.text, ctx.payload
+        max_depth = ctx.limits.max_nesting
+        depth = 0
+        prev = ""
+        brace_pos = brace_min = 0
+        for tok in stream:
+            kind = tok.type
+            if kind == "_NL":
+                if depth:
+                    continue
+            elif kind == "STRING":
+                payload[tok.start_pos] = _literal(text, tok.start_pos, tok.end_pos)
+            elif kind == "CLASS":
+                payload[tok.start_pos] = _char_class(text, tok.start_pos, tok.end_pos)
+            elif kind == "TOKEN":
+                payload[tok.start_pos] = self._token(ctx, tok)
+            elif kind == "LPAR":
+                depth = ctx.depth = depth + 1
+                if depth > max_depth:
+                    raise _Fail(f"parentheses nested deeper than {max_depth} levels", tok.start_pos, limit=True)
+            elif kind == "_RPAR":
+                depth = ctx.depth = max(0, depth - 1)
+            elif kind == "LBRACE":
+                brace_pos, brace_min = tok.start_pos, 0
+            elif kind == "INT":
+                value = _int_value(tok)
+                if value is None:  # std::stoull throws std::out_of_range
+                    raise _Fail(f"integer out of range (stoull) {_at(text, tok.start_pos)}", tok.start_pos)
+                if prev == "LBRACE":
+                    brace_min = value
+            elif kind == "_RBRACE":
+                if brace_min > MAX_REPETITION_THRESHOLD:
+                    raise _Fail("number of repetitions exceeds sane defaults, please reduce the number of "
+                                "repetitions", brace_pos)
+            prev = kind
+            yield tok
+
+    @staticmethod
+    def _token(ctx: _Context, tok: Any) -> Element:
+        # as parse_token
+        s = str(tok)
+        neg = s[0] == "!"
+        body = s[1:] if neg else s
+        if body[1:2] == "[":
+            digits_at = tok.start_pos + (3 if neg else 2)
+            value = _int_value(body[2:-2])
+            if value is None or value > _U32_MAX:
+                raise _Fail(f"parsed token id is too big {_at(ctx.text, digits_at)}", digits_at)
+            return (_TOKEN_NOT if neg else _TOKEN, value)
+        raw = body.encode("latin-1")
+        index = ctx.token_index.get(raw)
+        if index is None:
+            at = tok.start_pos + (1 if neg else 0)
+            if ctx.resolve is not None:
+                tid = ctx.resolve(raw)
+                if tid is None:
+                    shown = raw.decode("utf-8", "replace")
+                    raise _Fail(f"invalid token '{shown}': it must tokenize to exactly one token", at)
+                ctx.resolved.append(tid)
+            index = ctx.token_index[raw] = len(ctx.token_texts)
+            ctx.token_texts.append(raw)
+            ctx.token_offsets.append(at)
+        return (TEXT_TOKEN_NOT if neg else TEXT_TOKEN, index)
+
+
+# AST node kinds built by the transformer (plain tuples: cheaper than lark Trees)
+_K_ELEMS, _K_REF, _K_GROUP = 0, 1, 2
+
+
+class _ToAst(Transformer):
+    """Inline LALR callbacks: rules → (name, offset, alternates); an item → (kind, offset, payload, repeats)."""
+
+    def start(self, children):  # noqa: ANN001, ANN201
+        return children
+
+    def rule(self, children):  # noqa: ANN001, ANN201
+        name, _define, alternates = children
+        return (str(name), name.start_pos, alternates)
+
+    def alternates(self, children):  # noqa: ANN001, ANN201
+        return children[::2]
+
+    def sequence(self, children):  # noqa: ANN001, ANN201
+        return children
+
+    def group(self, children):  # noqa: ANN001, ANN201
+        return (_K_GROUP, children[0].start_pos, children[1])
+
+    def brace(self, children):  # noqa: ANN001, ANN201
+        lo = _int_value(children[1])
+        if len(children) == 2:
+            hi: int | None = lo
+        elif len(children) == 3:
+            hi = None
+        else:
+            hi = _int_value(children[3])
+            if hi is not None and hi > MAX_REPETITION_THRESHOLD:
+                hi = None  # a maximum above 2000 silently becomes unbounded
+        return (children[0].start_pos, lo, hi)
+
+    def item(self, children):  # noqa: ANN001, ANN201
+        atom = children[0]
+        reps = []
+        for r in children[1:]:
+            if isinstance(r, tuple):
+                reps.append(r)
+            else:
+                kind = r.type
+                reps.append((r.start_pos, 0 if kind == "STAR" else 1 if kind == "PLUS" else 0,
+                             1 if kind == "QMARK" else None))
+        if isinstance(atom, tuple):
+            return (_K_GROUP, atom[1], atom[2], reps)
+        kind = atom.type
+        pos = atom.start_pos
+        if kind == "NAME":
+            return (_K_REF, pos, str(atom), reps)
+        if kind == "DOT":
+            return (_K_ELEMS, pos, ((_ANY, 0),), reps)
+        payload = _local.ctx.payload[pos]
+        return (_K_ELEMS, pos, payload if kind != "TOKEN" else (payload,), reps)
+
+
+_PARSER: Lark | None = None
+_PARSER_LOCK = threading.Lock()
+
+
+def _parser() -> Lark:
+    global _PARSER
+    if _PARSER is None:
+        with _PARSER_LOCK:
+            if _PARSER is None:
+                grammar = resources.files("constrained").joinpath("gbnf.lark").read_text(encoding="utf-8")
+                _PARSER = Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLex(),
+                               transformer=_ToAst(), maybe_placeholders=False, propagate_positions=False)
+    return _PARSER
+
+
+# ---------------------------------------------------------------------------------------------- layout
+
+class _Layout:
+    """llama_grammar_parser's symbol table and rule vectors, filled in text order."""
+
+    def __init__(self, text: str, limits: GbnfLimits) -> None:
+        self.text = text
+        self.limits = limits
+        self.symbols: dict[str, int] = {}
+        self.rules: list[tuple[Element, ...] | None] = []
+        self.n_elements = 0
+        self.definitions: dict[int, int] = {}
+        self.first_refs: dict[int, int] = {}
+
+    def symbol_id(self, name: str) -> int:  # as get_symbol_id
+        sid = self.symbols.get(name)
+        if sid is None:
+            sid = self.symbols[name] = len(self.symbols)
+        return sid
+
+    def generate_symbol_id(self, base: str, pos: int) -> int:  # as generate_symbol_id
+        sid = len(self.symbols)
+        if sid >= self.limits.max_symbols:
+            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+        self.symbols[f"{base}_{sid}"] = sid
+        return sid
+
+    def add_rule(self, rule_id: int, rule: list[Element], pos: int) -> None:  # as add_rule
+        if len(self.rules) <= rule_id:
+            self.rules.extend([None] * (rule_id + 1 - len(self.rules)))
+        old = self.rules[rule_id]
+        self.n_elements += len(rule) - (len(old) if old is not None else 0)
+        if self.n_elements > self.limits.max_elements:
+            raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+        self.rules[rule_id] = tuple(rule)
+
+    def rule(self, name: str, pos: int, alternates: list) -> None:  # as parse_rule
+        rule_id = self.symbol_id(name)
+        if len(self.symbols) > self.limits.max_symbols:
+            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+        self.alternates(alternates, name, rule_id, pos)
+        self.definitions[rule_id] = pos
+
+    def alternates(self, alternates: list, rule_name: str, rule_id: int, pos: int) -> None:
+        # as parse_alternates
+        out: list[Element] = []
+        for i, sequence in enumerate(alternates):
+            if i:
+                out.append((_ALT, 0))
+            self.sequence(sequence, rule_name, out)
+        out.append((_END, 0))
+        self.add_rule(rule_id, out, pos)
+
+    def sequence(self, items: list, rule_name: str, out: list[Element]) -> None:
+        # as parse_sequence
+        for kind, pos, payload, reps in items:
+            last_sym_start = len(out)
+            n_prev_rules = 1
+            if kind == _K_ELEMS:
+                out.extend(payload)
+            elif kind == _K_REF:
+                ref = self.symbol_id(payload)
+                if len(self.symbols) > self.limits.max_symbols:
+                    raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+                self.first_refs.setdefault(ref, pos)
+                out.append((_REF, ref))
+            else:
+                n_before = len(self.symbols)
+                sub_id = self.generate_symbol_id(rule_name, pos)
+                self.alternates(payload, rule_name, sub_id, pos)
+                n_prev_rules = max(1, len(self.symbols) - n_before)
+                out.append((_REF, sub_id))
+            for rep_pos, lo, hi in reps:
+                n_prev_rules = self.repeat(out, last_sym_start, n_prev_rules, lo, hi, rule_name, rep_pos)
+            if len(out) + self.n_elements > self.limits.max_elements:
+                raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+
+    def repeat(self, out: list[Element], last_sym_start: int, n_prev_rules: int, min_times: int,
+               max_times: int | None, rule_name: str, pos: int) -> int:
+        # as handle_repetitions (max_times None = no maximum)
+        if last_sym_start == len(out):
+            raise _Fail(f"expecting preceding item to */+/?/{{ {_at(self.text, pos)}", pos)
+        prev = out[last_sym_start:]
+        no_max = max_times is None
+        if not no_max and max_times > 0:
+            total = max_times
+        elif min_times > 0:
+            total = min_times
+        else:
+            total = 1
+        if n_prev_rules * total > MAX_REPETITION_THRESHOLD:
+            raise _Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
+                        "sane defaults, please reduce the number of repetitions or rule complexity", pos)
+        n_opt = 1 if no_max else max_times - min_times
+        if n_opt < 0:  # llama.cpp computes max - min in uint64 and loops for 2**64 iterations
+            raise _Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
+                        "(llama.cpp would never finish parsing this grammar)", pos, limit=True)
+        grow = max(min_times - 1, 0) * len(prev) + n_opt * (len(prev) + 3)
+        if self.n_elements + len(out) + grow > self.limits.max_elements:
+            raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+        if len(self.symbols) + n_opt > self.limits.max_symbols:
+            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+        if min_times == 0:
+            del out[last_sym_start:]
+        else:
+            out.extend(prev * (min_times - 1))
+        last_rec_rule_id = 0
+        for i in range(n_opt):
+            rec_rule_id = self.generate_symbol_id(rule_name, pos)
+            rec = list(prev)
+            if i > 0 or no_max:
+                rec.append((_REF, rec_rule_id if no_max else last_rec_rule_id))
+            rec.append((_ALT, 0))
+            rec.append((_END, 0))
+            self.add_rule(rec_rule_id, rec, pos)
+            last_rec_rule_id = rec_rule_id
+        if n_opt > 0:
+            out.append((_REF, last_rec_rule_id))
+        return n_prev_rules * total
+
+    def validate(self) -> None:
+        # as the end of llama_grammar_parser::parse: every rule defined, every reference resolvable
+        names = {v: k for k, v in self.symbols.items()}
+        n = len(self.rules)
+        for rule_id, rule in enumerate(self.rules):
+            if rule is None:
+                raise _Fail(f"Undefined rule '{names[rule_id]}'", self.first_refs.get(rule_id, 0))
+            for kind, value in rule:
+                if kind == _REF and (value >= n or self.rules[value] is None):
+                    raise _Fail(f"Undefined rule identifier '{names[value]}'", self.first_refs.get(value, 0))
+
+
+def parse_gbnf(text: str | bytes, *, resolve_token: Callable[[bytes], int | None] | None = None,
+               limits: GbnfLimits = DEFAULT_LIMITS) -> GbnfLayout:
+    """Parse GBNF as ``llama_grammar_parser::parse`` does.
+
+    Args:
+        text: the grammar (str, or bytes read as llama.cpp reads a C string: a NUL byte ends it).
+        resolve_token: maps the bytes of a ``<text>`` token reference (brackets included) to its token id,
+            or None if it is not exactly one token; it is called in text order so that the first error is
+            llama.cpp's. Without it, text references are only checked for syntax.
+        limits: size bounds (GrammarLimitError beyond them).
+
+    Raises:
+        GrammarSyntaxError: whatever llama.cpp's parser refuses, with llama.cpp's wording.
+        GrammarLimitError: a bound of ``limits`` is exceeded.
+
+    Example:
+        >>> parse_gbnf('root ::= a?\\na ::= "a"').symbol_ids
+        {'root': 0, 'a': 1, 'root_2': 2}
+    """
+    data = to_bytes(text)
+    nul = data.find(b"\0")
+    if nul != -1:
+        data = data[:nul]
+    if len(data) > limits.max_source_bytes:
+        raise error_at(data, limits.max_source_bytes,
+                       f"grammar text longer than {limits.max_source_bytes} bytes", limit=True)
+    latin = data.decode("latin-1")
+    ctx = _Context(latin, limits, resolve_token)
+    saved = getattr(_local, "ctx", None)
+    _local.ctx = ctx
+    try:
+        try:
+            rules = _parser().parse(latin)
+        except UnexpectedInput as err:
+            raise _syntax_failure(latin, err, ctx.depth) from None
+        layout = _Layout(latin, limits)
+        for name, pos, alternates in rules:
+            layout.rule(name, pos, alternates)
+        layout.validate()
+    except _Fail as fail:
+        raise error_at(data, fail.pos, fail.message, limit=fail.limit) from None
+    except RecursionError:  # pragma: no cover - max_nesting keeps the walk far from the limit
+        raise error_at(data, 0, "grammar nested too deeply", limit=True) from None
+    finally:
+        _local.ctx = saved
+    return GbnfLayout(tuple(r if r is not None else () for r in layout.rules), layout.symbols,
+                      tuple(ctx.token_texts), tuple(ctx.token_offsets),
+                      tuple(ctx.resolved) if resolve_token is not None else None,
+                      layout.definitions, layout.first_refs, data)

@@ -1,0 +1,341 @@
+"""``Grammar``: a GBNF grammar checked as llama.cpp checks it, printable back to GBNF, bindable to a vocabulary.
+
+Example:
+    >>> g = Grammar.from_gbnf('root ::= "a"+ | "b"')
+    >>> g.parsed().rules[0]
+    ((3, 97), (2, 1), (1, 0), (3, 98), (0, 0))
+    >>> print(g, end="")
+    root ::= "a" root-1 | "b"
+    root-1 ::= "a" root-1 | ""
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from .errors import GrammarSyntaxError
+from .gbnf import DEFAULT_LIMITS, GbnfLimits, error_at, parse_gbnf, to_bytes
+from .ir import (
+    TEXT_TOKEN,
+    TEXT_TOKEN_NOT,
+    Element,
+    ElementType,
+    ParsedGrammar,
+    hidden_left_recursion_index,
+    left_recursion_index,
+)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .matcher import GrammarMatcher
+    from .vocab import Vocabulary
+
+__all__ = ["Grammar", "format_gbnf"]
+
+_T = ElementType
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar as llama.cpp would load it (``llama_grammar_init_impl`` would not return NULL).
+
+    Attributes:
+        source: the GBNF text it was parsed from.
+        root: the start rule's name.
+        rules: llama.cpp's element vectors, rule id = index; ``<text>`` token references are left unresolved
+            (``TEXT_TOKEN``) until :meth:`parsed` is given a vocabulary.
+        symbol_ids: rule name → id, helper rules (``root_1``...) included, in id order.
+        token_texts: the ``<text>`` token references, in order of first appearance.
+        unenforced: notes on constraints a generator could not express (filled by ``from_json_schema``).
+    """
+
+    source: str
+    root: str = "root"
+    rules: tuple[tuple[Element, ...], ...] = ()
+    symbol_ids: Mapping[str, int] = field(default_factory=dict, hash=False, repr=False)
+    token_texts: tuple[bytes, ...] = ()
+    unenforced: tuple = ()
+    token_offsets: tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.symbol_ids, MappingProxyType):
+            object.__setattr__(self, "symbol_ids", MappingProxyType(dict(self.symbol_ids)))
+        object.__setattr__(self, "_cache", weakref.WeakKeyDictionary())
+        object.__setattr__(self, "_cache_lock", threading.Lock())
+        object.__setattr__(self, "_plain", None)
+
+    # ------------------------------------------------------------------------------------------ building
+
+    @classmethod
+    def from_gbnf(cls, text: str | bytes, root: str = "root", vocab: Vocabulary | None = None, *,
+                  limits: GbnfLimits = DEFAULT_LIMITS) -> Grammar:
+        """Parse and check ``text`` as ``llama_grammar_init_impl(vocab, text, root)`` does.
+
+        Without ``vocab``, ``<text>`` token references are only checked for syntax; :meth:`parsed` resolves
+        them later. With it, they are resolved now, in text order, as llama.cpp does.
+
+        Raises:
+            GrammarSyntaxError: llama.cpp would refuse the grammar (message in llama.cpp's words, with line,
+                column and caret), or would never finish loading it (hidden left recursion).
+            GrammarLimitError: the grammar exceeds ``limits``.
+
+        Example:
+            >>> Grammar.from_gbnf('root ::= [0-9]{2,4}').symbol_ids["root_2"]
+            2
+        """
+        resolve = _resolver(vocab) if vocab is not None else None
+        layout = parse_gbnf(text, resolve_token=resolve, limits=limits)
+        data = layout.text
+        if not layout.rules:
+            raise GrammarSyntaxError("failed to parse grammar: it defines no rules")
+        if root not in layout.symbol_ids:
+            raise GrammarSyntaxError(f"grammar does not contain a '{root}' symbol")
+        names = {v: k for k, v in layout.symbol_ids.items()}
+        bad = left_recursion_index(layout.rules)
+        if bad is not None:
+            raise error_at(data, layout.definitions.get(bad, 0),
+                           f"unsupported grammar, left recursion detected for nonterminal at index {bad} "
+                           f"(rule '{names[bad]}')")
+        bad = hidden_left_recursion_index(layout.rules)
+        if bad is not None:
+            raise error_at(data, layout.definitions.get(bad, 0),
+                           f"unsupported grammar, left recursion through rules that can match the empty string "
+                           f"from nonterminal at index {bad} (rule '{names[bad]}'); llama.cpp does not detect it "
+                           "and expands it forever")
+        source = text if isinstance(text, str) else data.decode("utf-8", "surrogateescape")
+        grammar = cls(source, root, layout.rules, layout.symbol_ids, layout.token_texts,
+                      token_offsets=layout.token_offsets)
+        if vocab is not None and layout.resolved is not None:
+            grammar._cache[vocab] = grammar._substitute(layout.resolved)
+        return grammar
+
+    @classmethod
+    def from_name(cls, name: str) -> Grammar:
+        """A bundled grammar (see ``constrained.grammars``), e.g. ``Grammar.from_name("json")``."""
+        from .grammars import load
+
+        return cls.from_gbnf(load(name))
+
+    bundled = from_name
+
+    @classmethod
+    def from_json_schema(cls, schema: Any, *, strict: bool = False) -> Grammar:
+        """The grammar llama-server builds for a JSON schema (``json_schema_to_grammar``)."""
+        from .json_schema import grammar_from_json_schema
+
+        return grammar_from_json_schema(schema, strict=strict)
+
+    # ------------------------------------------------------------------------------------------ views
+
+    @property
+    def root_id(self) -> int:
+        return self.symbol_ids[self.root]
+
+    @property
+    def rule_names(self) -> tuple[str, ...]:
+        """Rule id → name (llama.cpp's names: helpers are ``<rule>_<id>``)."""
+        names = [""] * len(self.rules)
+        for name, sid in self.symbol_ids.items():
+            if sid < len(names):
+                names[sid] = name
+        return tuple(names)
+
+    def parsed(self, vocab: Vocabulary | None = None) -> ParsedGrammar:
+        """llama.cpp's rules for ``vocab``, with ``<text>`` token references resolved (cached per vocabulary).
+
+        A text reference resolves as in ``parse_token``: ``vocab.tokenize(text, parse_special=True)`` must give
+        exactly one token.
+
+        Raises:
+            GrammarSyntaxError: ``invalid token '<text>'``, or ``no vocab to parse token`` without a vocabulary.
+        """
+        if not self.token_texts:
+            plain = self._plain
+            if plain is None:
+                plain = ParsedGrammar(self.rules, self.symbol_ids, self.root_id)
+                object.__setattr__(self, "_plain", plain)
+            return plain
+        if vocab is None:
+            raise self._token_error(0, "no vocab to parse token at")
+        with self._cache_lock:
+            cached = self._cache.get(vocab)
+        if cached is not None:
+            return cached
+        resolve = _resolver(vocab)
+        ids = []
+        for i, text in enumerate(self.token_texts):
+            tid = resolve(text)
+            if tid is None:
+                raise self._token_error(i, "invalid token")
+            ids.append(tid)
+        parsed = self._substitute(tuple(ids))
+        with self._cache_lock:
+            self._cache[vocab] = parsed
+        return parsed
+
+    def matcher(self, vocab: Vocabulary) -> GrammarMatcher:
+        """A matcher over ``vocab`` (see ``constrained.matcher``)."""
+        from .matcher import compile_grammar
+
+        return compile_grammar(self, vocab).matcher()
+
+    def with_root(self, root: str) -> Grammar:
+        """The same rules started from another rule (checked as ``from_gbnf(source, root)`` would)."""
+        if root not in self.symbol_ids:
+            raise GrammarSyntaxError(f"grammar does not contain a '{root}' symbol")
+        return dataclasses.replace(self, root=root)
+
+    def to_gbnf(self) -> str:
+        """GBNF that llama.cpp parses to the same rules (up to helper names and ids); see :func:`format_gbnf`."""
+        return format_gbnf(self.rules, self.rule_names, self.token_texts)
+
+    def __str__(self) -> str:
+        return self.to_gbnf()
+
+    def __repr__(self) -> str:
+        head = self.source.strip().splitlines()[0] if self.source.strip() else ""
+        if len(head) > 40:
+            head = head[:37] + "..."
+        return f"Grammar({head!r}, root={self.root!r}, rules={len(self.rules)})"
+
+    # ------------------------------------------------------------------------------------------ internals
+
+    def _substitute(self, ids: tuple[int, ...]) -> ParsedGrammar:
+        rules = tuple(
+            tuple((int(_T.TOKEN), ids[v]) if k == TEXT_TOKEN else (int(_T.TOKEN_NOT), ids[v])
+                  if k == TEXT_TOKEN_NOT else (k, v) for k, v in rule)
+            for rule in self.rules)
+        return ParsedGrammar(rules, self.symbol_ids, self.root_id)
+
+    def _token_error(self, i: int, what: str) -> GrammarSyntaxError:
+        text = self.token_texts[i].decode("utf-8", "replace")
+        data = to_bytes(self.source)
+        nul = data.find(b"\0")
+        if nul != -1:
+            data = data[:nul]
+        pos = self.token_offsets[i] if i < len(self.token_offsets) else 0
+        message = f"{what} '{text}'" if what == "invalid token" else f"{what} '{text}'"
+        if what == "invalid token":
+            message += ": it must tokenize to exactly one token"
+        return error_at(data, pos, message)
+
+
+def _resolver(vocab: Vocabulary):  # noqa: ANN202
+    """``parse_token``'s lookup: the text must tokenize (special tokens parsed) to exactly one token."""
+
+    def resolve(text: bytes) -> int | None:
+        ids = vocab.tokenize(text, parse_special=True)
+        return int(ids[0]) if len(ids) == 1 else None
+
+    return resolve
+
+
+# ---------------------------------------------------------------------------------------------- printing
+
+def _escape(cp: int, in_class: bool, first: bool) -> str:
+    if cp == 0x22 and not in_class:
+        return '\\"'
+    if cp == 0x5C:
+        return "\\\\"
+    if in_class and cp in (0x5D, 0x2D):
+        return "\\" + chr(cp)
+    if in_class and first and cp == 0x5E:
+        return "\\x5E"
+    if cp == 0x0A:
+        return "\\n"
+    if cp == 0x0D:
+        return "\\r"
+    if cp == 0x09:
+        return "\\t"
+    if 0x20 <= cp < 0x7F:
+        return chr(cp)
+    if cp < 0x80:
+        return f"\\x{cp:02X}"
+    if cp <= 0x10FFFF and not 0xD800 <= cp <= 0xDFFF and chr(cp).isprintable():
+        return chr(cp)
+    return f"\\u{cp:04X}" if cp <= 0xFFFF else f"\\U{cp:08X}"
+
+
+def _printable_names(names: tuple[str, ...]) -> list[str]:
+    """Rule names GBNF accepts: helpers ``root_12`` become ``root-12`` (made unique if a rule has that name)."""
+    taken = set(names)
+    out = []
+    for name in names:
+        if "_" in name:
+            candidate = name.replace("_", "-")
+            while candidate in taken:
+                candidate += "-h"
+            taken.add(candidate)
+            name = candidate
+        out.append(name)
+    return out
+
+
+def _format_alternative(elements: list[Element], names: list[str], token_texts: tuple[bytes, ...]) -> str:
+    parts: list[str] = []
+    literal: list[str] = []
+    i, n = 0, len(elements)
+    while i < n:
+        kind, value = elements[i]
+        nxt = elements[i + 1][0] if i + 1 < n else None
+        if kind == _T.CHAR and nxt not in (_T.CHAR_ALT, _T.CHAR_RNG_UPPER):
+            literal.append(_escape(value, False, False))
+            i += 1
+            continue
+        if literal:
+            parts.append('"' + "".join(literal) + '"')
+            literal = []
+        if kind in (_T.CHAR, _T.CHAR_NOT):
+            body = ["[^" if kind == _T.CHAR_NOT else "[", _escape(value, True, kind == _T.CHAR)]
+            i += 1
+            while i < n and elements[i][0] in (_T.CHAR_ALT, _T.CHAR_RNG_UPPER):
+                k, v = elements[i]
+                body.append(("-" if k == _T.CHAR_RNG_UPPER else "") + _escape(v, True, False))
+                i += 1
+            parts.append("".join(body) + "]")
+            continue
+        if kind == _T.CHAR_ANY:
+            parts.append(".")
+        elif kind == _T.RULE_REF:
+            parts.append(names[value])
+        elif kind == _T.TOKEN:
+            parts.append(f"<[{value}]>")
+        elif kind == _T.TOKEN_NOT:
+            parts.append(f"!<[{value}]>")
+        elif kind in (TEXT_TOKEN, TEXT_TOKEN_NOT):
+            text = token_texts[value].decode("utf-8", "surrogateescape")
+            parts.append(("!" if kind == TEXT_TOKEN_NOT else "") + text)
+        else:
+            raise ValueError(f"element {(kind, value)} cannot start a GBNF item")
+        i += 1
+    if literal:
+        parts.append('"' + "".join(literal) + '"')
+    return " ".join(parts) if parts else '""'
+
+
+def format_gbnf(rules: tuple[tuple[Element, ...], ...], rule_names: tuple[str, ...],
+                token_texts: tuple[bytes, ...] = ()) -> str:
+    """Print rules as GBNF, one line per rule in id order.
+
+    Re-parsing the text gives the same rules up to a renumbering of the rule ids (every item prints as
+    exactly the elements it came from; an empty alternative prints as ``""``, which adds no element).
+    """
+    names = _printable_names(rule_names)
+    lines = []
+    for rid, rule in enumerate(rules):
+        alternatives: list[list[Element]] = [[]]
+        for kind, value in rule:
+            if kind == _T.END:
+                break
+            if kind == _T.ALT:
+                alternatives.append([])
+            else:
+                alternatives[-1].append((kind, value))
+        body = " | ".join(_format_alternative(a, names, token_texts) for a in alternatives)
+        lines.append(f"{names[rid]} ::= {body}")
+    return "\n".join(lines) + "\n"
