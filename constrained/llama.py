@@ -207,11 +207,11 @@ def _resolve_grammar(grammar: Grammar | str | None, schema: Any, json_mode: bool
         return Grammar.from_gbnf(grammar)
     if grammar is not None:
         return grammar
-    if schema is not None:
-        return Grammar.from_json_schema(schema)
-    if json_mode:
-        from .json_schema import JSON_OBJECT_SCHEMA
+    from .json_schema import JSON_OBJECT_SCHEMA, server_json_schema
 
+    if schema is not None:
+        return Grammar.from_json_schema(server_json_schema(schema))   # {} means any object, as in llama-server
+    if json_mode:
         return Grammar.from_json_schema(JSON_OBJECT_SCHEMA)
     return None
 
