@@ -326,3 +326,148 @@ def pick_token(rng: np.random.Generator, mask: np.ndarray, vocab: Vocabulary, p_
         if len(s):
             return int(rng.choice(s))
     return int(rng.choice(np.flatnonzero(mask)))
+
+
+# ---- reading llama.cpp's C++ tests ------------------------------------------------------------------------------
+
+_ESC = {"n": b"\n", "t": b"\t", "r": b"\r", "\\": b"\\", '"': b'"', "'": b"'", "0": b"\0", "?": b"?"}
+
+
+def _cpp_tokens(src: str, i: int):  # noqa: ANN202, C901
+    """C++ tokens from ``src[i:]``: ('str', bytes) | ('int', n) | ('id', name) | ('op', ch)."""
+    n = len(src)
+    while i < n:
+        c = src[i]
+        if c.isspace():
+            i += 1
+        elif src.startswith("//", i):
+            i = src.index("\n", i)
+        elif src.startswith('R"', i):
+            j = src.index("(", i)
+            delim = src[i + 2:j]
+            end = src.index(")" + delim + '"', j)
+            yield "str", src[j + 1:end].encode()
+            i = end + len(delim) + 2
+        elif c == '"':
+            out = bytearray()
+            i += 1
+            while src[i] != '"':
+                if src[i] == "\\":
+                    e = src[i + 1]
+                    if e == "x":
+                        j = i + 2
+                        while j < n and src[j] in "0123456789abcdefABCDEF":
+                            j += 1
+                        out.append(int(src[i + 2:j], 16))
+                        i = j
+                    elif e in "uU":
+                        k = 4 if e == "u" else 8
+                        out += chr(int(src[i + 2:i + 2 + k], 16)).encode()
+                        i += 2 + k
+                    else:
+                        out += _ESC[e]
+                        i += 2
+                else:
+                    out += src[i].encode()
+                    i += 1
+            yield "str", bytes(out)
+            i += 1
+        elif c.isdigit():
+            j = i
+            while src[j].isdigit():
+                j += 1
+            yield "int", int(src[i:j])
+            i = j
+        elif c.isalpha() or c == "_":
+            j = i
+            while src[j].isalnum() or src[j] == "_":
+                j += 1
+            yield "id", src[i:j]
+            i = j
+        else:
+            yield "op", c
+            i += 1
+
+
+def _token_bytes(tid: int) -> bytes:
+    return b"\xff" + tid.to_bytes(4, "big")
+
+
+def cpp_calls(src: str, fname: str) -> list[list]:
+    """The arguments of every call ``fname(...)`` in ``src`` (not its definition): strings as bytes (literals and
+    ``token(n)`` concatenated, ``token(n)`` encoded as test-grammar-integration's 0xFF marker), ``{...}`` as lists."""
+    out = []
+    pos = 0
+    while True:
+        k = src.find(fname + "(", pos)
+        if k < 0:
+            return out
+        pos = k + 1
+        line_start = src.rfind("\n", 0, k) + 1
+        if "static" in src[line_start:k] or src[k - 1].isalnum() or src[k - 1] == "_":
+            continue
+        out.append(_parse_args(_cpp_tokens(src, k + len(fname) + 1)))
+
+
+def integration_pieces(data: bytes) -> list[tuple[int, bytes]]:
+    """test-grammar-integration's ``parse_tokens``: (token id, piece) per code point or 0xFF-encoded token."""
+    out = []
+    i = 0
+    while i < len(data):
+        if data[i] == 0xFF:
+            tid = int.from_bytes(data[i + 1:i + 5], "big")
+            out.append((tid, b"<[%d]>" % tid))
+            i += 5
+            continue
+        b = data[i]
+        n = 1 if b < 0x80 else 2 if b >> 5 == 6 else 3 if b >> 4 == 14 else 4 if b >> 3 == 30 else 0
+        chunk = data[i:i + n] if n else b""
+        try:
+            if not n or len(chunk) < n:
+                raise UnicodeDecodeError("utf-8", chunk, 0, 1, "bad")
+            out.append((0, chunk.decode("utf-8").encode()))
+            i += n
+        except UnicodeDecodeError:
+            out.append((0, "\ufffd".encode()))
+            i += 1
+    return out
+
+
+def _parse_args(toks) -> list:  # noqa: ANN001, C901
+    peek: list = []
+
+    def nxt():  # noqa: ANN202
+        return peek.pop() if peek else next(toks)
+
+    def value():  # noqa: ANN202
+        t = nxt()
+        if t == ("op", "{"):
+            items = []
+            while True:
+                t = nxt()
+                if t == ("op", "}"):
+                    return items
+                peek.append(t)
+                items.append(value())
+                t = nxt()
+                if t == ("op", "}"):
+                    return items
+        peek.append(t)
+        acc = b""
+        while True:
+            t = nxt()
+            if t[0] == "str":
+                acc += t[1]
+            elif t == ("id", "token"):
+                nxt()
+                acc += _token_bytes(nxt()[1])
+                nxt()
+            elif t != ("op", "+"):
+                peek.append(t)
+                return acc
+
+    args = []
+    while True:
+        args.append(value())
+        if nxt() == ("op", ")"):
+            return args
