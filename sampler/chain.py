@@ -1,0 +1,256 @@
+"""llama-server's sampler chain (``common_sampler``): build, sample, accept, reset, clone.
+
+The chain is built as ``common_sampler_init`` builds it: logit bias first (request biases, the ``ignore_eos``
+biases, the vocabulary's suppress tokens), then the ``samplers`` list in order (``temperature`` is the dynamic
+temperature sampler), then ``dist(seed)`` -- or adaptive-p when listed; with mirostat 1/2: temperature then
+mirostat. :meth:`Sampler.sample_constrained` is ``common_sampler_sample`` with a grammar and ``grammar_first =
+false``.
+
+Example:
+    >>> import numpy as np
+    >>> from sampler.params import Params
+    >>> s = Sampler(Params(seed=42))
+    >>> logits = np.linspace(0, 3, 100, dtype=np.float32)
+    >>> tok = s.sample(logits); s.accept(tok); 0 <= tok < 100
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .candidates import Candidates
+from .dist import Dist
+from .dry import Dry, process_breakers
+from .mirostat import AdaptiveP, Mirostat, MirostatV2
+from .params import Params
+from .penalties import LogitBias, Penalties
+from .temperature import Temp, TempExt
+from .truncation import XTC, MinP, TopK, TopNSigma, TopP, Typical
+
+NO_SELECTION = "no selected token during sampling - check your sampling configuration"
+
+
+class _Empty:
+    """llama.cpp's "empty" sampler (a disabled one): does nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def apply(self, c: Candidates) -> None:
+        pass
+
+    def accept(self, token: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def clone(self) -> _Empty:
+        return self
+
+
+def _check_penalties(p: Params) -> None:
+    # as the checks at the top of common_sampler_init (reported by llama-server with this prefix)
+    pre = "Failed to initialize samplers: "
+    r = np.float32(p.penalty_repeat)
+    with np.errstate(divide="ignore", over="ignore"):
+        inv = np.float32(1.0) / r if r != 0 else np.float32(np.inf)
+    if not math.isfinite(r) or r <= 0.0 or not math.isfinite(inv):
+        raise ValueError(pre + "penalty_repeat must be finite and greater than 0")
+    if not math.isfinite(p.penalty_freq):
+        raise ValueError(pre + "penalty_freq must be finite")
+    if not math.isfinite(p.penalty_present):
+        raise ValueError(pre + "penalty_present must be finite")
+
+
+class Sampler:
+    """llama-server's sampling for one request: the chain of :class:`Params`, its RNGs and windows.
+
+    Args:
+        params: the sampling parameters.
+        vocab: a ``constrained.Vocabulary``; gives the vocabulary size, EOG ids (``ignore_eos``), suppress tokens,
+            and the tokenizer for DRY's sequence breakers and string logit biases. Without it the vocabulary size
+            is taken from the first logits.
+
+    Raises:
+        ValueError: parameters llama-server refuses (same message).
+    """
+
+    def __init__(self, params: Params, vocab: Any = None) -> None:
+        _check_penalties(params)
+        if params.mirostat not in (0, 1, 2):
+            raise ValueError("unknown mirostat version")
+        if "infill" in params.samplers and params.mirostat == 0:
+            raise NotImplementedError("the infill sampler is not supported")
+        self.params = params
+        self.vocab = vocab
+        self.n_vocab: int | None = len(vocab) if vocab is not None else None
+        self.steps: list[Any] | None = None
+        self.cur: Candidates | None = None
+        self._pending: list[int] = []
+        if self.n_vocab is not None:
+            self._build(self.n_vocab)
+
+    # as common_sampler_init (the chain part)
+    def _build(self, n_vocab: int) -> None:
+        p = self.params
+        v = self.vocab
+        steps: list[Any] = []
+        merged: list[tuple[int, float]] = []
+        for tok, b in p.logit_bias:
+            if isinstance(tok, str):
+                if v is None:
+                    raise ValueError("a string logit_bias entry needs a vocabulary to tokenize it")
+                merged.extend((t, b) for t in v.tokenize(tok, parse_special=False))
+            else:
+                merged.append((int(tok), b))
+        if p.ignore_eos:
+            if v is None:
+                raise ValueError("ignore_eos needs a vocabulary (its end-of-generation ids)")
+            merged.extend((t, -math.inf) for t in sorted(v.eog_ids))
+        for t in getattr(v, "suppress_tokens", None) or ():
+            merged.append((int(t), -math.inf))
+        if merged:
+            steps.append(LogitBias(n_vocab, merged))
+        if p.mirostat == 0:
+            use_adaptive = False
+            for name in p.samplers:
+                if name == "dry":
+                    enabled = p.dry_multiplier != 0.0 and p.dry_base >= 1.0 and p.dry_penalty_last_n > 0
+                    if not enabled:
+                        steps.append(_Empty("?dry"))
+                        continue
+                    if v is None and any(p.dry_sequence_breakers):
+                        raise ValueError("DRY sequence breakers need a vocabulary (pass vocab=...)")
+                    br = process_breakers(v, p.dry_sequence_breakers) if v is not None else {}
+                    steps.append(Dry(p.dry_multiplier, p.dry_base, p.dry_allowed_length, p.dry_penalty_last_n,
+                                     breakers=br))
+                elif name == "top_k":
+                    steps.append(TopK(p.top_k))
+                elif name == "top_p":
+                    steps.append(TopP(p.top_p, p.min_keep))
+                elif name == "top_n_sigma":
+                    steps.append(TopNSigma(p.top_n_sigma))
+                elif name == "min_p":
+                    steps.append(MinP(p.min_p, p.min_keep))
+                elif name == "xtc":
+                    steps.append(XTC(p.xtc_probability, p.xtc_threshold, p.min_keep, p.seed))
+                elif name == "typ_p":
+                    steps.append(Typical(p.typ_p, p.min_keep))
+                elif name == "temperature":
+                    steps.append(TempExt(p.temp, p.dynatemp_range, p.dynatemp_exponent))
+                elif name == "penalties":
+                    steps.append(Penalties(n_vocab, p.penalty_last_n, p.penalty_repeat, p.penalty_freq,
+                                           p.penalty_present))
+                elif name == "adaptive_p":
+                    use_adaptive = True
+            steps.append(AdaptiveP(p.adaptive_target, p.adaptive_decay, p.seed) if use_adaptive else Dist(p.seed))
+        elif p.mirostat == 1:
+            steps += [Temp(p.temp), Mirostat(n_vocab, p.seed, p.mirostat_tau, p.mirostat_eta, 100)]
+        else:
+            steps += [Temp(p.temp), MirostatV2(p.seed, p.mirostat_tau, p.mirostat_eta)]
+        self.steps = steps
+        self.n_vocab = n_vocab
+        for t in self._pending:
+            self._accept_checked(t)
+        self._pending = []
+
+    def _logits(self, logits: Any) -> np.ndarray:
+        a = np.asarray(logits)
+        if a.ndim != 1:
+            raise ValueError(f"logits must be a 1-D array, got shape {a.shape}")
+        if a.dtype.kind not in "fiu":
+            raise ValueError(f"logits must be a float array, got dtype {a.dtype}")
+        a = a.astype(np.float32, copy=False)
+        if self.n_vocab is not None and len(a) != self.n_vocab:
+            raise ValueError(f"expected {self.n_vocab} logits (the vocabulary size), got {len(a)}")
+        if len(a) == 0:
+            raise ValueError("logits must not be empty")
+        if np.isnan(a).any():
+            raise ValueError("logits contain NaN")
+        if self.steps is None:
+            self._build(len(a))
+        return a
+
+    def _run(self, cand: Candidates) -> Candidates:
+        assert self.steps is not None
+        for st in self.steps:
+            st.apply(cand)
+        self.cur = cand
+        return cand
+
+    def sample(self, logits: Any) -> int:
+        """Run the chain on raw logits and return the selected token id (``common_sampler_sample``, no grammar)."""
+        a = self._logits(logits)
+        c = self._run(Candidates.from_logits(a))
+        if c.selected < 0 or c.selected >= c.size:
+            raise ValueError(NO_SELECTION)
+        return int(c.ids[c.selected])
+
+    def sample_constrained(self, logits: Any, allows: Callable[[int], bool],
+                           mask: Callable[[], np.ndarray]) -> tuple[int, bool]:
+        """``common_sampler_sample(..., grammar_first=false)`` with a grammar given as two callables.
+
+        The chain runs on the raw logits; if ``allows(token)`` the token stands. Otherwise the logits are taken
+        afresh, every token ``mask()`` rejects (False) is set to -inf, and the chain runs again with the same
+        generators (a second dist/XTC draw, a second mirostat update). Returns ``(token, redrew)``.
+
+        Raises:
+            ValueError: nothing selectable (llama.cpp's "no selected token during sampling ..." assertion).
+        """
+        a = self._logits(logits)
+        tok = self.sample(a)
+        if allows(tok):
+            return tok, False
+        m = np.asarray(mask(), dtype=bool)
+        if m.shape != a.shape:
+            raise ValueError(f"mask must have shape {a.shape}, got {m.shape}")
+        c = Candidates.from_logits(a)
+        c.logits[~m] = -np.inf
+        c = self._run(c)
+        if c.selected < 0 or c.selected >= c.size:
+            raise ValueError(NO_SELECTION)
+        return int(c.ids[c.selected]), True
+
+    def _accept_checked(self, token: int) -> None:
+        assert self.steps is not None and self.n_vocab is not None
+        if not 0 <= token < self.n_vocab:
+            raise ValueError(f"token id {token} out of range for a vocabulary of {self.n_vocab} tokens")
+        for st in self.steps:
+            st.accept(token)
+
+    def accept(self, token: int) -> None:
+        """Feed a prompt or generated token to the chain (penalty/DRY windows, adaptive-p's history)."""
+        t = int(token)
+        if t < 0:
+            raise ValueError(f"token id {token} out of range")
+        if self.steps is None:
+            self._pending.append(t)
+            return
+        self._accept_checked(t)
+
+    def reset(self) -> None:
+        """``common_sampler_reset``: clear windows, re-seed every generator (a new random seed for the default)."""
+        self._pending = []
+        if self.steps is not None:
+            for st in self.steps:
+                st.reset()
+
+    def clone(self) -> Sampler:
+        """An independent copy with the same state (generators included)."""
+        s = copy.copy(self)
+        s.steps = [st.clone() for st in self.steps] if self.steps is not None else None
+        s._pending = list(self._pending)
+        s.cur = self.cur.copy() if self.cur is not None else None
+        return s
+
+    @property
+    def candidates(self) -> Candidates | None:
+        """The candidate array after the last chain run (``common_sampler_get_candidates``)."""
+        return self.cur

@@ -1,0 +1,118 @@
+"""Softmax and the selecting sampler ``dist``, as llama.cpp computes them.
+
+Example:
+    >>> import numpy as np
+    >>> from sampler.candidates import Candidates
+    >>> c = Candidates.from_logits(np.array([0.0, 1.0], np.float32))
+    >>> d = Dist(42); d.apply(c); c.selected in (0, 1)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+
+from . import mathf
+from .candidates import Candidates
+from .rng import Mt19937, discrete_distribution, uniform_real_double
+
+LLAMA_DEFAULT_SEED = 0xFFFFFFFF
+_F32 = np.float32
+
+
+# as get_rng_seed
+def rng_seed(seed: int) -> int:
+    """The seed a sampler actually uses: ``seed``, or a fresh random one for ``LLAMA_DEFAULT_SEED``."""
+    seed &= 0xFFFFFFFF
+    if seed == LLAMA_DEFAULT_SEED:
+        return int.from_bytes(os.urandom(4), "little") if hasattr(os, "urandom") else random.getrandbits(32)
+    return seed
+
+
+def expf_arr(x: np.ndarray) -> np.ndarray:
+    """glibc expf over a float32 array (ctypes for short arrays, the checked numpy path for long ones)."""
+    if len(x) <= 48:
+        return np.array([mathf.expf(float(v)) for v in x], dtype=_F32)
+    return mathf.expf_vec(x)
+
+
+def fsum_seq(x: np.ndarray) -> np.float32:
+    """A float32 sum in array order (``float s = 0; s += x[i]``)."""
+    if len(x) == 0:
+        return _F32(0.0)
+    return np.cumsum(x, dtype=_F32)[-1]
+
+
+def max_logit(c: Candidates) -> np.float32:
+    """``data[0].logit`` when sorted, else the maximum (``std::max`` scan)."""
+    return c.logits[0] if c.sorted else c.logits.max()
+
+
+# as llama_sampler_softmax_impl
+def softmax(c: Candidates, do_sort: bool) -> None:
+    """p = expf(l - max) / float sum, optionally after a full sort."""
+    if c.size == 0:
+        raise RuntimeError("GGML_ASSERT(cur_p->size > 0) failed")
+    if do_sort and not c.sorted:
+        c.partial_sort_inplace(c.size)
+    m = max_logit(c)
+    with np.errstate(invalid="ignore"):
+        p = expf_arr(c.logits - m)
+        s = fsum_seq(p)
+        c.p = p / s
+
+
+# as llama_sample_dist (libstdc++ discrete_distribution over p)
+def sample_discrete(c: Candidates, rng: Mt19937) -> int:
+    """``std::discrete_distribution<int>`` over ``p`` (no draw for fewer than two entries)."""
+    return int(discrete_distribution(c.p, rng))
+
+
+class Dist:
+    """``llama_sampler_init_dist(seed)``: softmax in float, a double running sum, one uniform double per draw."""
+
+    name = "dist"
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed & 0xFFFFFFFF
+        self.seed_cur = rng_seed(self.seed)
+        self.rng = Mt19937(self.seed_cur)
+
+    # as llama_sampler_dist_apply
+    def apply(self, c: Candidates) -> None:
+        n = c.size
+        if n == 0:
+            c.selected = -1
+            return
+        c.selected = 0
+        if n == 1:
+            uniform_real_double(self.rng)  # the draw is still consumed
+            c.p = c.p.copy()
+            c.p[0] = 1.0
+            return
+        m = max_logit(c)
+        with np.errstate(invalid="ignore"):
+            p = expf_arr(c.logits - m)
+            p64 = p.astype(np.float64)
+            run = np.cumsum(p64)
+            total = run[-1]
+            rnd = uniform_real_double(self.rng)
+            tgt = total * rnd
+            hit = np.flatnonzero(run >= tgt)
+            c.selected = int(hit[0]) if hit.size else n - 1
+            c.p = (p64 / total).astype(_F32)
+
+    def accept(self, token: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.seed_cur = rng_seed(self.seed)
+        self.rng.seed(self.seed_cur)
+
+    def clone(self) -> Dist:
+        d = Dist.__new__(Dist)
+        d.seed, d.seed_cur, d.rng = self.seed, self.seed_cur, self.rng.clone()
+        return d

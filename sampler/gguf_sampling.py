@@ -1,0 +1,111 @@
+"""A GGUF's ``general.sampling.*`` defaults, read as ``common_init_sampler_from_model`` reads them.
+
+llama.cpp keeps every scalar metadata value as a string (``gguf_kv_to_str``: ``std::to_string`` for numbers), copies
+it into a fixed buffer (64 bytes for ints, 128 for floats, 512 for the sequence) and parses it back with ``strtol`` /
+``strtof``; array values are not kept at all. This module does the same, so a float key such as 0.1234567 comes
+back as ``strtof("0.123457")``.
+
+Example:
+    >>> from sampler.params import Params
+    >>> Params.from_gguf("model.gguf").top_k  # doctest: +SKIP
+    40
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from .params import samplers_from_names, strtof
+
+_INT_KEYS = {"top_k": "top_k", "penalty_last_n": "penalty_last_n", "mirostat": "mirostat"}
+_FLOAT_KEYS = {"top_p": "top_p", "min_p": "min_p", "xtc_probability": "xtc_probability",
+               "xtc_threshold": "xtc_threshold", "temp": "temp", "penalty_repeat": "penalty_repeat",
+               "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta"}
+_ORDER = ["top_k", "top_p", "min_p", "xtc_probability", "xtc_threshold", "temp", "penalty_last_n", "penalty_repeat",
+          "mirostat", "mirostat_tau", "mirostat_eta"]
+_USER_FLAG = {"sequence": "samplers", "top_k": "top_k", "top_p": "top_p", "min_p": "min_p",
+              "xtc_probability": "xtc_probability", "xtc_threshold": "xtc_threshold", "temp": "temp",
+              "penalty_last_n": "penalty_last_n", "penalty_repeat": "penalty_repeat", "mirostat": "mirostat",
+              "mirostat_tau": "mirostat_tau", "mirostat_eta": "mirostat_eta"}
+
+
+def _to_string(value: Any, vtype: str) -> str | None:
+    """``gguf_kv_to_str`` for a scalar (None for arrays, which llama.cpp does not keep)."""
+    if vtype == "ARRAY":
+        return None
+    if vtype == "STRING":
+        return value if isinstance(value, str) else bytes(value).decode("utf-8", "replace")
+    if vtype == "BOOL":
+        return "true" if value else "false"
+    if vtype in ("FLOAT32", "FLOAT64"):
+        return f"{float(value):f}"
+    return str(int(value))
+
+
+def _strtol(s: str) -> tuple[int, bool]:
+    i = 0
+    while i < len(s) and s[i] in " \t\n\v\f\r":
+        i += 1
+    j = i
+    if j < len(s) and s[j] in "+-":
+        j += 1
+    k = j
+    while k < len(s) and s[k].isdigit() and s[k] in "0123456789":
+        k += 1
+    if k == j:
+        return 0, False
+    v = max(-(2**63), min(2**63 - 1, int(s[i:k])))
+    v &= 0xFFFFFFFF  # (int32_t) of a long
+    return (v - 2**32 if v >= 2**31 else v), True
+
+
+def _read_kv(path: str) -> dict[str, str]:
+    from gguf import GGUFReader
+
+    r = GGUFReader(str(path))
+    out: dict[str, str] = {}
+    for name, f in r.fields.items():
+        if not name.startswith("general.sampling."):
+            continue
+        vtype = f.types[0].name if f.types else ""
+        if vtype == "ARRAY":
+            continue
+        if vtype == "STRING":
+            val: Any = bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
+        else:
+            val = f.parts[f.data[0]][0]
+            if vtype == "FLOAT32":
+                val = float(np.float32(val))
+        s = _to_string(val, vtype)
+        if s is not None:
+            out[name[len("general.sampling."):]] = s
+    return out
+
+
+def sampling_from_kv(kv: dict[str, str], base: Any, user_set: frozenset[str] = frozenset()) -> Any:
+    """Apply ``general.sampling.*`` strings (keys without the prefix) over ``base``."""
+    cur: dict[str, Any] = {}
+    if "samplers" not in user_set and "sequence" in kv:
+        buf = kv["sequence"].encode()[:511].decode("utf-8", "ignore")
+        if len(kv["sequence"]) > 0:
+            cur["samplers"] = samplers_from_names(buf.split(";"))
+    for key in _ORDER:
+        attr = _USER_FLAG[key]
+        if attr in user_set or key not in kv or len(kv[key]) == 0:
+            continue
+        if key in _INT_KEYS:
+            v, ok = _strtol(kv[key].encode()[:63].decode("utf-8", "ignore"))
+            if ok:
+                cur[attr] = v
+        else:
+            fv, ok = strtof(kv[key].encode()[:127].decode("utf-8", "ignore"))
+            if ok:
+                cur[attr] = fv
+    return replace(base, **cur)
+
+
+def read_sampling_kv(path: str, base: Any, user_set: frozenset[str] = frozenset()) -> Any:
+    return sampling_from_kv(_read_kv(path), base, user_set)

@@ -1,0 +1,128 @@
+"""glibc's libm, bit for bit: the float functions llama.cpp's samplers call.
+
+llama.cpp computes ``expf``, ``logf``, ``log2f``, ``powf`` (and double ``exp``/``pow``) with the C library. numpy's own
+float32 ``exp``/``log`` are vectorised approximations that can differ by an ulp, so every value here comes from glibc
+itself (through ctypes) or from a numpy path that provably gives the same bits:
+
+* :func:`expf_vec` computes ``exp`` in double with numpy and rounds to float. glibc's ``expf`` is documented to be
+  within 0.502 ulp of the true value, so both agree except where the exact result lies within 0.002 ulp of a
+  rounding midpoint; those elements (about 0.5%) are recomputed with glibc's ``expf`` itself.
+  ``scripts/check_expf.py`` checks this against glibc for every float in [-104, 0].
+* :func:`logf_vec` calls glibc's ``logf`` once per distinct value (ties make this cheap).
+
+Example:
+    >>> import numpy as np
+    >>> float(expf(np.float32(0.0))), float(logf(np.float32(1.0)))
+    (1.0, 0.0)
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import math
+import struct
+
+import numpy as np
+
+__all__ = ["expf", "logf", "log2f", "powf", "exp", "pow_", "f32", "expf_vec", "logf_vec"]
+
+
+def _load_libm() -> ctypes.CDLL:
+    name = ctypes.util.find_library("m") or "libm.so.6"
+    return ctypes.CDLL(name)
+
+
+_libm = _load_libm()
+
+
+def _fn(name: str, res: type, *args: type):
+    f = getattr(_libm, name)
+    f.restype = res
+    f.argtypes = list(args)
+    return f
+
+
+_expf = _fn("expf", ctypes.c_float, ctypes.c_float)
+_logf = _fn("logf", ctypes.c_float, ctypes.c_float)
+_log2f = _fn("log2f", ctypes.c_float, ctypes.c_float)
+_powf = _fn("powf", ctypes.c_float, ctypes.c_float, ctypes.c_float)
+_exp = _fn("exp", ctypes.c_double, ctypes.c_double)
+_pow = _fn("pow", ctypes.c_double, ctypes.c_double, ctypes.c_double)
+
+_F32 = struct.Struct("f")
+
+
+def f32(x: float) -> float:
+    """Round a Python float to the nearest float32 (as a C ``(float)`` cast does), returned as a Python float."""
+    return _F32.unpack(_F32.pack(x))[0] if math.isfinite(x) else float(np.float32(x))
+
+
+def expf(x: float) -> float:
+    """glibc ``expf``."""
+    return _expf(x)
+
+
+def logf(x: float) -> float:
+    """glibc ``logf``."""
+    return _logf(x)
+
+
+def log2f(x: float) -> float:
+    """glibc ``log2f``."""
+    return _log2f(x)
+
+
+def powf(x: float, y: float) -> float:
+    """glibc ``powf``."""
+    return _powf(x, y)
+
+
+def exp(x: float) -> float:
+    """glibc ``exp`` (double)."""
+    return _exp(x)
+
+
+def pow_(x: float, y: float) -> float:
+    """glibc ``pow`` (double)."""
+    return _pow(x, y)
+
+
+_expf_u = np.frompyfunc(_expf, 1, 1)
+_logf_u = np.frompyfunc(_logf, 1, 1)
+_TOL = 1.0 / 256.0  # distance to a rounding midpoint (in ulps) below which glibc is asked directly
+
+
+def expf_vec(x: np.ndarray) -> np.ndarray:
+    """glibc ``expf`` of every element of a float32 array (bit-identical; see the module docstring)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.size == 0:
+        return np.empty(0, np.float32)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        d = np.exp(x.astype(np.float64))
+        f = d.astype(np.float32)
+        fd = f.astype(np.float64)
+        r = d - fd
+        up = np.abs(np.spacing(f)).astype(np.float64)
+        down = (fd - np.nextafter(f, np.float32(0)).astype(np.float64))
+        side = np.where(r >= 0, up, down)
+        near = np.abs(np.abs(r) - 0.5 * side) <= _TOL * side
+        near |= ~np.isfinite(f)  # overflow edge: ask glibc
+        near &= ~np.isnan(x) & (x != -np.inf)
+    idx = np.flatnonzero(near)
+    if idx.size:
+        f[idx] = _expf_u(x[idx]).astype(np.float32)
+    f[x == -np.inf] = 0.0
+    return f
+
+
+def logf_vec(x: np.ndarray) -> np.ndarray:
+    """glibc ``logf`` of every element of a float32 array (one libm call per distinct value)."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.size == 0:
+        return np.empty(0, np.float32)
+    if x.size > 64:
+        u, inv = np.unique(x, return_inverse=True)
+        if u.size < x.size:
+            return _logf_u(u).astype(np.float32)[inv.reshape(-1)]
+    return _logf_u(x).astype(np.float32)

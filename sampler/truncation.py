@@ -1,0 +1,261 @@
+"""The truncating samplers: top-k, top-p, min-p, typical, top-n-sigma and XTC, as in ``src/llama-sampler.cpp``.
+
+Each class has ``apply(candidates)``, ``accept(token)``, ``reset()`` and ``clone()``, like a ``llama_sampler``.
+
+Example:
+    >>> import numpy as np
+    >>> from sampler.candidates import Candidates
+    >>> c = Candidates.from_logits(np.array([0.1, 3.0, 2.0, -1.0], np.float32))
+    >>> TopK(2).apply(c); c.ids.tolist()
+    [1, 2]
+"""
+
+from __future__ import annotations
+
+import array
+
+import numpy as np
+
+from . import mathf, stdalgo
+from .candidates import Candidates, bucket_partial_sort
+from .dist import fsum_seq, rng_seed, softmax
+from .rng import Mt19937, uniform_real_float
+
+_F32 = np.float32
+_FLT_MAX = float(np.finfo(np.float32).max)
+
+
+class _Stateless:
+    def accept(self, token: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        pass
+
+    def clone(self):  # noqa: ANN201
+        return self
+
+
+# as llama_sampler_top_k_impl
+def top_k_impl(c: Candidates, k: int) -> None:
+    if k <= 0:
+        return
+    k = min(k, c.size)
+    if not c.sorted:
+        c.partial_sort_inplace(k)
+    c.truncate(k)
+
+
+class TopK(_Stateless):
+    """``llama_sampler_init_top_k(k)`` (k <= 0: no-op; no min_keep)."""
+
+    name = "top-k"
+
+    def __init__(self, k: int) -> None:
+        self.k = int(k)
+
+    def apply(self, c: Candidates) -> None:
+        top_k_impl(c, self.k)
+
+
+class TopP(_Stateless):
+    """``llama_sampler_init_top_p(p, min_keep)``."""
+
+    name = "top-p"
+
+    def __init__(self, p: float, min_keep: int) -> None:
+        self.p = _F32(p)
+        self.min_keep = int(min_keep)
+
+    # as llama_sampler_top_p_apply
+    def apply(self, c: Candidates) -> None:
+        if self.p >= 1.0:
+            return
+        softmax(c, False)
+        n = c.size
+        k = n
+        buf: np.ndarray | None = None  # indices into c (the buf_sort contents)
+        if not c.sorted and n > 1024:
+            k = min(256, n)
+            buf = bucket_partial_sort(c.logits, k)
+        elif not c.sorted:
+            c.partial_sort_inplace(k)
+        p = c.p if buf is None else c.p[buf]
+        cum = np.cumsum(p, dtype=_F32)
+        ok = cum >= self.p
+        if self.min_keep > 1:
+            ok[: self.min_keep - 1] = False
+        last_idx = n
+        if buf is not None and len(p) >= k:
+            # the first k entries come from the 256-wide sort; past them, llama.cpp re-sorts everything
+            hit = np.flatnonzero(ok[:k])
+            if hit.size:
+                last_idx = int(hit[0]) + 1
+            else:
+                buf = bucket_partial_sort(c.logits, n)
+                p2 = c.p[buf]
+                cum2 = np.empty(n, _F32)
+                cum2[:k] = cum[:k]
+                if n > k:
+                    tail = np.concatenate(([cum[k - 1]], p2[k:])).astype(_F32)
+                    cum2[k:] = np.cumsum(tail, dtype=_F32)[1:]
+                ok2 = cum2 >= self.p
+                if self.min_keep > 1:
+                    ok2[: self.min_keep - 1] = False
+                ok2[:k] = False
+                hit = np.flatnonzero(ok2)
+                if hit.size:
+                    last_idx = int(hit[0]) + 1
+        else:
+            hit = np.flatnonzero(ok)
+            if hit.size:
+                last_idx = int(hit[0]) + 1
+        if buf is not None:
+            c.take(buf[:last_idx])
+            c.sorted = True
+        else:
+            c.truncate(last_idx)
+
+
+class MinP(_Stateless):
+    """``llama_sampler_init_min_p(p, min_keep)``: the unsorted path keeps id order."""
+
+    name = "min-p"
+
+    def __init__(self, p: float, min_keep: int) -> None:
+        self.p = _F32(p)
+        self.min_keep = int(min_keep)
+
+    # as llama_sampler_min_p_apply
+    def apply(self, c: Candidates) -> None:
+        if self.p <= 0.0 or c.size == 0:
+            return
+        lp = _F32(mathf.logf(float(self.p)))
+        if not c.sorted:
+            mx = max(_F32(-_FLT_MAX), c.logits.max())
+            min_logit = _F32(mx + lp)
+            keep = np.flatnonzero(c.logits >= min_logit)
+            if keep.size and keep.size >= self.min_keep:
+                c.take(keep)
+                return
+            c.partial_sort_inplace(c.size)
+        min_logit = _F32(c.logits[0] + lp)
+        below = c.logits < min_logit
+        below[0] = False
+        if self.min_keep > 0:
+            below[: self.min_keep] = False
+        hit = np.flatnonzero(below)
+        c.truncate(int(hit[0]) if hit.size else c.size)
+
+
+class Typical(_Stateless):
+    """``llama_sampler_init_typical(p, min_keep)`` (locally typical sampling)."""
+
+    name = "typical"
+
+    def __init__(self, p: float, min_keep: int) -> None:
+        self.p = _F32(p)
+        self.min_keep = int(min_keep)
+
+    # as llama_sampler_typical_apply
+    def apply(self, c: Candidates) -> None:
+        if self.p >= 1.0:
+            return
+        softmax(c, True)
+        p = c.p
+        with np.errstate(invalid="ignore", divide="ignore"):
+            lg = mathf.logf_vec(p)
+            ent = fsum_seq((-p) * lg) if len(p) else _F32(0)
+            # float entropy accumulated sequentially: entropy += -p*logf(p)
+            scores = np.abs(-lg - ent).astype(_F32)
+        nan = np.isnan(scores)
+        if nan.any():
+            # with NaN scores every comparison is false: libstdc++ then orders as if all keys were equal
+            if not nan.all():
+                raise NotImplementedError("typical sampling with partly-NaN scores")
+            scores = np.zeros(len(scores), _F32)
+        order = np.asarray(stdalgo.sort_perm(scores, descending=False))
+        cum = np.cumsum(p[order], dtype=_F32)
+        ok = cum > self.p
+        if self.min_keep > 0:
+            ok[: self.min_keep - 1] = False
+        hit = np.flatnonzero(ok)
+        last_idx = int(hit[0]) + 1 if hit.size else len(order)
+        c.take(order[:last_idx])
+        c.sorted = False
+
+
+class TopNSigma(_Stateless):
+    """``llama_sampler_init_top_n_sigma(n)``: masks logits below max - n*std (nothing is removed)."""
+
+    name = "top-n-sigma"
+
+    def __init__(self, n: float) -> None:
+        self.n = _F32(n)
+
+    # as llama_sampler_top_n_sigma_apply
+    def apply(self, c: Candidates) -> None:
+        if self.n <= 0.0 or c.size <= 1:
+            return
+        lg = c.logits
+        valid = lg != -np.inf
+        vals = lg[valid]
+        mx = max(lg[0], vals.max()) if vals.size else lg[0]
+        cnt = vals.size
+        mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
+        # acc is a float; each term is pow(l - mean, 2) in double, added in double and rounded back to float
+        d = (vals - mean).astype(np.float64)
+        sq = (d * d).tolist()
+        acc = array.array("f", [0.0])
+        for v in sq:
+            acc[0] = acc[0] + v
+        accf = _F32(acc[0])
+        std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
+        thr = _F32(mx - _F32(self.n * std))
+        with np.errstate(invalid="ignore"):
+            mask = lg < thr
+        if mask.any():
+            c.logits = lg.copy()
+            c.logits[mask] = -np.inf
+
+
+class XTC:
+    """``llama_sampler_init_xtc(p, t, min_keep, seed)``: its own mt19937, one float draw per apply."""
+
+    name = "xtc"
+
+    def __init__(self, p: float, t: float, min_keep: int, seed: int) -> None:
+        self.probability = _F32(p)
+        self.threshold = _F32(t)
+        self.min_keep = int(min_keep)
+        self.seed = seed & 0xFFFFFFFF
+        self.seed_cur = rng_seed(self.seed)
+        self.rng = Mt19937(self.seed_cur)
+
+    # as llama_sample_xtc_apply
+    def apply(self, c: Candidates) -> None:
+        if self.probability <= 0.0 or self.threshold > 0.5 or c.size < 2:
+            return
+        chance = uniform_real_float(self.rng)
+        if chance > self.probability:
+            return
+        softmax(c, True)
+        ge = c.p >= self.threshold
+        nz = np.flatnonzero(~ge)
+        run = int(nz[0]) if nz.size else c.size  # length of the leading run with p >= t
+        pos_last = max(run - 1, 0)
+        if c.size - pos_last >= self.min_keep and pos_last > 0:
+            c.advance(pos_last)
+
+    def accept(self, token: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.seed_cur = rng_seed(self.seed)
+        self.rng.seed(self.seed_cur)
+
+    def clone(self) -> XTC:
+        x = XTC.__new__(XTC)
+        x.__dict__.update(self.__dict__)
+        x.rng = self.rng.clone()
+        return x
