@@ -34,6 +34,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 __all__ = [
@@ -223,8 +225,36 @@ def _median_to_first(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> None:
     codes[sel] = first
 
 
-def _partition(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``__unguarded_partition_pivot`` on every segment ``[s, e)`` (all of size > 16); returns the cuts."""
+def _partition_one(codes: np.ndarray, s: int, e: int) -> tuple[int, int, int, int]:
+    """``__unguarded_partition_pivot`` on one segment; returns (cut, pivot rank, #left stoppers, #right stoppers)."""
+    # as std::__move_median_to_first(first, first + 1, mid, last - 1)
+    a, b, c = s + 1, s + (e - s) // 2, e - 1
+    ha, hb, hc = int(codes[a]) >> 32, int(codes[b]) >> 32, int(codes[c]) >> 32
+    if ha < hb:
+        sel = b if hb < hc else (c if ha < hc else a)
+    else:
+        sel = a if ha < hc else (c if hb < hc else b)
+    codes[s], codes[sel] = codes[sel], codes[s]
+    seg = codes[s:e]
+    prank = int(seg[0]) >> 32
+    p0 = prank << 32
+    lidx = np.flatnonzero(seg[1:] >= p0) + 1  # not comp(x, pivot), after the pivot
+    ridx = np.flatnonzero(seg < p0 + (1 << 32))[::-1]  # not comp(pivot, x), from the back (the pivot included)
+    mm = min(lidx.size, ridx.size)
+    m = int(np.searchsorted(lidx[:mm] - ridx[:mm], 0))  # L[j] < R[j] holds for a prefix of j
+    if m:
+        li, ri = lidx[:m], ridx[:m]
+        tmp = seg[li]
+        seg[li] = seg[ri]
+        seg[ri] = tmp
+        cut = int(ridx[m - 1]) if m >= lidx.size else min(int(lidx[m]), int(ridx[m - 1]))
+    else:
+        cut = int(lidx[0])
+    return s + cut, prank, lidx.size, ridx.size
+
+
+def _partition_many(codes: np.ndarray, s: np.ndarray, e: np.ndarray):
+    """``__unguarded_partition_pivot`` on every segment ``[s, e)`` at once; returns the same four as arrays."""
     _median_to_first(codes, s, e)
     m = s.size
     lens = e - s
@@ -233,8 +263,8 @@ def _partition(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     segid = np.repeat(np.arange(m), lens)
     pos = np.arange(total, dtype=np.int64) + np.repeat(s - offs, lens)
     vals = codes[pos]
-    p0 = (codes[s] >> 32) << 32  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
-    p0pos = p0[segid]
+    prank = codes[s] >> 32
+    p0pos = (prank << 32)[segid]  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
     lmask = vals >= p0pos
     lmask[offs] = False  # the left scan starts after the pivot
     rmask = vals < p0pos + _ONE_HI
@@ -259,47 +289,132 @@ def _partition(codes: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
     cut_l = np.where(nswap < cnt_l, lidx[start_l + np.minimum(nswap, cnt_l - 1)], total)
     cut_r = np.where(nswap > 0, ridx[start_r + cnt_r - np.maximum(nswap, 1)], total)
     cut = np.minimum(cut_l, cut_r)
-    return s + (cut - offs)
+    return s + (cut - offs), prank, cnt_l, cnt_r
 
 
 def _lg(n: int) -> int:
     return n.bit_length() - 1  # std::__lg
 
 
-def _introsort(codes: np.ndarray, starts: list[int], ends: list[int], limit: int | None = None) -> int:
-    """``std::__introsort_loop`` on each segment (in place).  With ``limit``, segments starting at or after it are
-    left alone; returns the smallest cut point >= ``limit`` (the block bound the prefix's final sort needs)."""
+@functools.lru_cache(maxsize=4096)
+def _equal_perm(length: int, depth: int) -> np.ndarray:
+    """What ``__introsort_loop`` (then the final insertion sort) does to ``length`` equal elements at ``depth``.
+
+    With all keys equal every comparison is false: the median is ``mid`` (swapped to the front), the partition
+    swaps ``first+1+j`` with ``last-1-j`` while ``j < (length-1)//2``, i.e. reverses ``[first+1, last)``, and the cut
+    is ``first + (length+1)//2``.  The two halves recurse with ``depth - 1``; proven by the oracle tests too.
+    """
+    if length <= _THRESHOLD:
+        p = np.arange(length, dtype=np.int64)
+    elif depth == 0:
+        hk = [0] * length
+        hid = list(range(length))
+        _make_heap(hk, hid, 0, length)
+        _sort_heap(hk, hid, 0, length)
+        p = np.array(hid, dtype=np.int64)
+    else:
+        p = np.arange(length, dtype=np.int64)
+        mid = length // 2
+        p[0], p[mid] = p[mid], p[0]
+        p[1:] = p[1:][::-1].copy()
+        cut = (length + 1) // 2
+        p[:cut] = p[:cut][_equal_perm(cut, depth - 1)]
+        p[cut:] = p[cut:][_equal_perm(length - cut, depth - 1)]
+    p.setflags(write=False)
+    return p
+
+
+def _apply_equal(codes: np.ndarray, s: np.ndarray, e: np.ndarray, d: np.ndarray) -> None:
+    """Finish segments whose elements are all equal with the cached :func:`_equal_perm`."""
+    lens = e - s
+    big = lens > _THRESHOLD
+    if not big.any():
+        return
+    s, lens, d = s[big], lens[big], d[big]
+    if s.size == 1:
+        a, n = int(s[0]), int(lens[0])
+        codes[a: a + n] = codes[a: a + n][_equal_perm(n, int(d[0]))]
+        return
+    key = lens * 4096 + d
+    for kv in np.unique(key).tolist():
+        sel = s[key == kv]
+        p = _equal_perm(kv // 4096, kv % 4096)
+        idx = sel[:, None] + p[None, :]
+        codes[sel[:, None] + np.arange(p.size)[None, :]] = codes[idx]
+
+
+_BIG = 4096  # segments at least this long are partitioned one at a time (cheaper than the batched bookkeeping)
+_INF = np.iinfo(np.int64).max
+
+
+def _introsort(codes: np.ndarray, starts: list[int], ends: list[int], limit: int | None = None,
+               dups: np.ndarray | None = None) -> int:
+    """``std::__introsort_loop`` on each segment (in place), breadth first.
+
+    With ``limit``, segments starting at or after it are left alone; returns the smallest cut point >= ``limit``
+    (the block bound the prefix's final insertion sort needs).  With ``dups`` (sorted ranks that occur more than
+    once), segments whose rank range holds no such rank are left alone: their keys are distinct, so the final
+    insertion sort alone fixes their order whatever introsort would have done.
+    """
     bound = codes.size
-    s_l, e_l, d_l = [], [], []
+    s_l, e_l = [], []
     for s, e in zip(starts, ends, strict=True):
         if e - s > _THRESHOLD and (limit is None or s < limit):
             s_l.append(s)
             e_l.append(e)
-            d_l.append(2 * _lg(e - s))
     s_a = np.array(s_l, dtype=np.int64)
     e_a = np.array(e_l, dtype=np.int64)
-    d_a = np.array(d_l, dtype=np.int64)
+    d_a = np.array([2 * _lg(e - s) for s, e in zip(s_l, e_l, strict=True)], dtype=np.int64)
+    lo_a = np.full(s_a.size, -_INF, dtype=np.int64)
+    hi_a = np.full(s_a.size, _INF, dtype=np.int64)
     while s_a.size:
         done = d_a == 0
         if done.any():
             for s, e in zip(s_a[done].tolist(), e_a[done].tolist(), strict=True):
                 _heapsort_codes(codes, s, e)
             keep = ~done
-            s_a, e_a, d_a = s_a[keep], e_a[keep], d_a[keep]
+            s_a, e_a, d_a, lo_a, hi_a = s_a[keep], e_a[keep], d_a[keep], lo_a[keep], hi_a[keep]
             if not s_a.size:
                 break
-        cut = _partition(codes, s_a, e_a)
+        lens = e_a - s_a
+        big = lens >= _BIG
+        if big.all() or s_a.size <= 2:
+            res = [_partition_one(codes, s, e) for s, e in zip(s_a.tolist(), e_a.tolist(), strict=True)]
+            cut, prank, cnt_l, cnt_r = (np.array(x, dtype=np.int64) for x in zip(*res, strict=True))
+        elif big.any():
+            cut = np.empty_like(s_a)
+            prank, cnt_l, cnt_r = np.empty_like(s_a), np.empty_like(s_a), np.empty_like(s_a)
+            bi = np.flatnonzero(big)
+            for i in bi.tolist():
+                cut[i], prank[i], cnt_l[i], cnt_r[i] = _partition_one(codes, int(s_a[i]), int(e_a[i]))
+            si = np.flatnonzero(~big)
+            cut[si], prank[si], cnt_l[si], cnt_r[si] = _partition_many(codes, s_a[si], e_a[si])
+        else:
+            cut, prank, cnt_l, cnt_r = _partition_many(codes, s_a, e_a)
         if limit is not None:
             over = cut[cut >= limit]
             if over.size:
                 bound = min(bound, int(over.min()))
-        s_a = np.concatenate([s_a, cut])
-        e_a = np.concatenate([cut, e_a])
-        d_a = np.concatenate([d_a, d_a]) - 1
+        d_a = d_a - 1
+        # a child is all equal when the pivot's side had no element strictly before (left) / after (right) it
+        left_eq = cnt_l == lens - 1
+        right_eq = cnt_r == lens
+        if left_eq.any():
+            _apply_equal(codes, s_a[left_eq], cut[left_eq], d_a[left_eq])
+        if right_eq.any():
+            _apply_equal(codes, cut[right_eq], e_a[right_eq], d_a[right_eq])
+        ls, le, lk = s_a[~left_eq], cut[~left_eq], ~left_eq
+        rs, re_, rk = cut[~right_eq], e_a[~right_eq], ~right_eq
+        s_a = np.concatenate([ls, rs])
+        e_a = np.concatenate([le, re_])
+        d_a = np.concatenate([d_a[lk], d_a[rk]])
+        lo_a, hi_a = np.concatenate([lo_a[lk], prank[rk]]), np.concatenate([prank[lk], hi_a[rk]])
         keep = e_a - s_a > _THRESHOLD
         if limit is not None:
             keep &= s_a < limit
-        s_a, e_a, d_a = s_a[keep], e_a[keep], d_a[keep]
+        if dups is not None:
+            keep &= np.searchsorted(dups, lo_a, "left") < np.searchsorted(dups, hi_a, "right")
+        s_a, e_a, d_a, lo_a, hi_a = s_a[keep], e_a[keep], d_a[keep], lo_a[keep], hi_a[keep]
     return bound
 
 
@@ -313,8 +428,14 @@ def sort_perm(keys: np.ndarray, descending: bool = True) -> np.ndarray:
     codes = codes_for(keys, descending)
     n = codes.size
     if n > 1:
-        _introsort(codes, [0], [n])
-        codes = codes[np.argsort(codes >> 32, kind="stable")]  # as std::__final_insertion_sort
+        hi = (codes >> 32).astype(np.int32)  # ranks fit in 32 bits; sorting int32 is cheaper
+        srt = np.sort(hi)
+        eq = srt[1:] == srt[:-1]
+        if not eq.any():  # distinct keys: one order only
+            return np.argsort(hi).astype(np.int64)
+        _introsort(codes, [0], [n], dups=np.unique(srt[1:][eq]).astype(np.int64))
+        # as std::__final_insertion_sort
+        codes = codes[np.argsort((codes >> 32).astype(np.int32), kind="stable")]
     return codes & _LOW
 
 

@@ -148,3 +148,14 @@ def test_bad_input():
     assert S.sort_perm(np.zeros(0, dtype=np.float32)).tolist() == []
     assert S.partial_sort_perm(np.zeros(0, dtype=np.float32), 0).tolist() == []
     assert S.sort_prefix_perm(np.ones(4, dtype=np.float32), 0).tolist() == []
+
+
+def test_all_equal_and_two_valued(oracle):
+    # all-equal segments are finished by a cached closed form (_equal_perm): check it on many lengths and depths
+    rs = np.random.default_rng(8)
+    cases = [(SORT_D, np.zeros(n, np.float32), 0) for n in [*range(15, 80), 127, 128, 129, 1000, 4097, 65_537]]
+    for n in (50, 300, 5000, 40_000):
+        k = np.zeros(n, np.float32)
+        k[rs.random(n) < rs.random()] = 1.0
+        cases += [(SORT_D, k, 0), (SORT_A, k, 0)]
+    assert _check(oracle, cases) == len(cases)
