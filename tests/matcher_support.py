@@ -471,3 +471,113 @@ def _parse_args(toks) -> list:  # noqa: ANN001, C901
         args.append(value())
         if nxt() == ("op", ")"):
             return args
+
+
+# ---- mask parity walks against llama.cpp's grammar sampler -------------------------------------------------------
+
+JSON_SCHEMAS = {
+    "person": {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"},
+                                                 "tags": {"type": "array", "items": {"type": "string"}}},
+               "required": ["name"]},
+    "orders": {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "integer", "minimum": 0}, "price": {"type": "number"},
+        "status": {"enum": ["new", "paid", "shipped"]}, "note": {"type": ["string", "null"]}},
+        "required": ["id", "status"]}, "maxItems": 4},
+}
+
+
+def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
+    """GBNF texts the parity walks use: llama.cpp's grammars/, two JSON schemas, one with token references."""
+    out = dict(grammar_files())
+    try:
+        from constrained.json_schema import json_schema_to_gbnf
+    except ImportError:  # pragma: no cover
+        json_schema_to_gbnf = None
+    if json_schema_to_gbnf is not None:
+        for name, schema in JSON_SCHEMAS.items():
+            out[f"schema-{name}"] = json_schema_to_gbnf(schema)
+    t = vocab.tokenize(b" the") or [0]
+    u = vocab.tokenize(b",") or [1]
+    out["tokens"] = (f"root ::= [a-z]{{1,5}} <[{t[-1]}]> ( [0-9] | !<[{u[0]}]> ){{0,3}} \"!\"?\n")
+    return out
+
+
+def _partial_set(vocab: Vocabulary) -> np.ndarray:
+    from constrained.tokenindex import vocab_index
+
+    return vocab_index(vocab).table.rem > 0
+
+
+def pick_walk_token(rng: np.random.Generator, mask: np.ndarray, vocab: Vocabulary) -> int:
+    """Like :func:`pick_token`, also preferring tokens that leave a UTF-8 sequence incomplete now and then."""
+    if rng.random() < 0.15:
+        s = np.flatnonzero(mask & _partial_set(vocab))
+        if len(s):
+            return int(rng.choice(s))
+    return pick_token(rng, mask, vocab, p_end=0.08)
+
+
+def parity_walk(vm, vocab: Vocabulary, gbnf: str, parsed: ParsedGrammar, rng: np.random.Generator,  # noqa: ANN001, C901
+                steps: int, probes: int = 24) -> int:
+    """Random walks under ``gbnf`` with our matcher and llama.cpp's grammar sampler side by side.
+
+    At every step: the full masks are equal, ``allows`` agrees with llama.cpp's one-candidate check on random,
+    allowed and rejected tokens, a rejected token is refused without a state change, and now and then
+    ``rollback``/``fork`` are exercised. Returns the number of compared step-masks.
+    """
+    from constrained.matcher import compile_grammar
+    from tests.oracle.llama import CGrammar
+
+    cg = compile_grammar(parsed, vocab)
+    m = cg.matcher()
+    c = CGrammar(vm, gbnf)
+    n = vm.n_vocab
+    compared = 0
+    try:
+        for step in range(steps):
+            ours = m.mask()
+            theirs = c.mask()
+            compared += 1
+            if not np.array_equal(ours, theirs):
+                bad = np.flatnonzero(ours != theirs)[:8]
+                raise AssertionError(f"step {step}: masks differ at {[(int(i), vm.piece(int(i)), bool(ours[i])) for i in bad]}"
+                                     f" (stacks {m.stacks}, partial {m.partial_utf8})")
+            allowed = np.flatnonzero(theirs)
+            rejected = np.flatnonzero(~theirs)
+            probe = list(rng.integers(0, n, probes))
+            if len(allowed):
+                probe += list(rng.choice(allowed, min(probes // 2, len(allowed))))
+            if len(rejected):
+                probe += list(rng.choice(rejected, min(probes // 2, len(rejected))))
+            for t in probe:
+                t = int(t)
+                a, b = m.allows(t), c.allows(t)
+                if a != b or a != theirs[t]:
+                    raise AssertionError(f"step {step}: allows({t} {vm.piece(t)!r}) ours {a} llama {b} mask {theirs[t]}")
+            if len(rejected):
+                t = int(rng.choice(rejected))
+                before = (m.stacks, m.partial_utf8, m.num_accepted)
+                if m.accept_token(t) or (m.stacks, m.partial_utf8, m.num_accepted) != before:
+                    raise AssertionError(f"step {step}: rejected token {t} {vm.piece(t)!r} was accepted")
+            if not len(allowed):
+                break
+            tok = pick_walk_token(rng, theirs, vocab)
+            if rng.random() < 0.1:                       # rollback restores the mask
+                assert m.accept_token(tok)
+                m.rollback(1)
+                assert np.array_equal(m.mask(), theirs)
+            if rng.random() < 0.05:                      # a fork goes its own way
+                f = m.fork()
+                f.accept_token(tok)
+                assert np.array_equal(m.mask(), theirs)
+            if not m.accept_token(tok):
+                raise AssertionError(f"step {step}: allowed token {tok} {vm.piece(tok)!r} refused by accept_token")
+            c.accept(tok)
+            if vocab.is_eog(tok):
+                assert m.is_terminated()
+                m.reset()
+                c.free()
+                c = CGrammar(vm, gbnf)
+    finally:
+        c.free()
+    return compared
