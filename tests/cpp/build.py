@@ -42,3 +42,33 @@ def run(exe: Path, stdin: str | bytes, args: list[str] | None = None) -> str:
     data = stdin.encode() if isinstance(stdin, str) else stdin
     out = subprocess.run([str(exe), *(args or [])], input=data, capture_output=True, check=True)
     return out.stdout.decode()
+
+
+def s2_oracle_run(cases: list[dict], exe: Path | None = None) -> list[tuple[list[int], int, int]]:
+    """Run ``s2_oracle.cpp`` on cases ``{n, seed, draws, temperature, top_p, top_k, logits: [arrays]}``.
+
+    Returns, per case, (ids drawn, the generator's next output, nanoseconds spent drawing).
+    """
+    import numpy as np
+
+    exe = exe or compile_cpp("s2_oracle.cpp")
+    parts = []
+    for c in cases:
+        sets = c["logits"]
+        n = len(sets[0])
+        hdr = np.array([n, c["seed"] & 0xFFFFFFFF, c["draws"], 0, 0, 0, len(sets)], dtype=np.uint32)
+        hdr[3] = np.float32(c["temperature"]).view(np.uint32)
+        hdr[4] = np.float32(c["top_p"]).view(np.uint32)
+        hdr[5] = np.int32(c["top_k"]).view(np.uint32)
+        parts.append(hdr.tobytes())
+        parts.extend(np.asarray(s, dtype=np.float32).tobytes() for s in sets)
+    out = subprocess.run([str(exe)], input=b"".join(parts), capture_output=True, check=True).stdout
+    res, o = [], 0
+    for c in cases:
+        d = c["draws"]
+        ids = np.frombuffer(out[o: o + 4 * d], dtype=np.int32).tolist()
+        nxt = int(np.frombuffer(out[o + 4 * d: o + 4 * d + 4], dtype=np.uint32)[0])
+        ns = int(np.frombuffer(out[o + 4 * d + 4: o + 4 * d + 12], dtype=np.uint64)[0])
+        res.append((ids, nxt, ns))
+        o += 4 * d + 12
+    return res
