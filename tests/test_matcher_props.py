@@ -1,0 +1,136 @@
+"""Property tests of the matcher on adversarial vocabularies (hypothesis).
+
+The fast mask (vectorised walk + per-suffix caches) must equal a token-by-token evaluation with the exact port of
+``llama_grammar_reject_candidates`` on pieces full of partial, stray, overlong and NUL bytes; accept-then-rollback
+restores the mask; forks are independent; random bytes never crash the matcher.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from constrained.matcher import CompiledGrammar, compile_grammar
+from constrained.tokenindex import apply_view, decode_utf8
+from constrained.vocab import Vocabulary
+from tests.matcher_support import reference_parse
+
+BYTES = [b"a", b"b", b"x", b'"', b"{", b"}", b" ", b"0", b"1", b"\xc3", b"\xa9", b"\xe2", b"\x82", b"\xac",
+         b"\xf0", b"\x9f", b"\x98", b"\x80", b"\xc0", b"\xe0", b"\xff", b"\x00", b"<", b"[", b"3", b"]", b">"]
+
+GRAMMARS = [
+    'root ::= "a"+ "b"?',
+    'root ::= "{" ws "\\"" [^"]* "\\"" ws "}"\nws ::= [ ]*',
+    'root ::= [^a]* "a"',
+    'root ::= . . "a"?',
+    'root ::= [é€😀]+ | "ab"',
+    'root ::= <[3]> [a-b]* !<[4]> "x"?',
+    'root ::= "a" <[5]> | "b"',
+    'root ::= ( [x]* )* "b"',
+    'root ::= [\\u00e0-\\u00ff]{1,3} [0-1]* | [^\\x00-\\x7f]',
+    'root ::= item ("," item)*\nitem ::= "0" | "1" item | ( "{" root "}" )',
+]
+
+pieces_st = st.lists(st.lists(st.sampled_from(BYTES), min_size=0, max_size=5).map(b"".join), min_size=4, max_size=40)
+
+
+def _vocab(pieces: list[bytes]) -> Vocabulary:
+    # the last id ends generation; make sure there are at least 6 ids for the token references
+    pieces = list(pieces) + [b"<[%d]>" % i for i in range(len(pieces), 6)] + [b"</s>"]
+    return Vocabulary(pieces, eog_ids=[len(pieces) - 1])
+
+
+def _reference_mask(cg: CompiledGrammar, stacks, partial) -> np.ndarray:  # noqa: ANN001
+    # llama_grammar_apply_impl token by token with the exact reject port
+    idx = cg.index
+    out = np.zeros(cg.n_vocab, dtype=bool)
+    for t in range(cg.n_vocab):
+        if idx.eog[t]:
+            out[t] = any(not s for s in stacks)
+        elif not idx.dead[t]:
+            cps, val, rem = decode_utf8(idx.pieces[t], *partial)
+            out[t] = cg.rules.stacks_accept(stacks, apply_view(cps), val, rem, t)
+    return out
+
+
+def _ordered_rejects(cg: CompiledGrammar, stacks, partial) -> set[int]:  # noqa: ANN001
+    idx = cg.index
+    cands = []
+    for t in range(cg.n_vocab):
+        if not idx.eog[t] and not idx.dead[t]:
+            cps, val, rem = decode_utf8(idx.pieces[t], *partial)
+            cands.append((t, apply_view(cps), 0, (val, rem), t))
+    return {c[0] for c in cg.rules.reject_candidates(stacks, cands)}
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
+def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
+    vocab = _vocab(pieces)
+    cg = compile_grammar(reference_parse(GRAMMARS[gi]), vocab)
+    m = cg.matcher()
+    for _ in range(6):
+        mask = m.mask()
+        ref = _reference_mask(cg, m.stacks, m.partial_utf8)
+        assert mask.tolist() == ref.tolist()
+        assert [m.allows(t) for t in range(len(vocab))] == ref.tolist()
+        rejected = _ordered_rejects(cg, m.stacks, m.partial_utf8)
+        live = [t for t in range(len(vocab)) if not cg.index.eog[t] and not cg.index.dead[t]]
+        assert {t for t in live if not ref[t]} == rejected
+        allowed = np.flatnonzero(mask)
+        if not len(allowed):
+            break
+        tok = int(data.draw(st.sampled_from(allowed.tolist())))
+        before = (m.stacks, m.partial_utf8)
+        if not m.accept_token(tok):          # llama.cpp would throw "Unexpected empty grammar stack"
+            assert (m.stacks, m.partial_utf8) == before
+            break
+
+
+@settings(max_examples=80, deadline=None)
+@given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
+def test_rollback_restores_and_fork_is_independent(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
+    vocab = _vocab(pieces)
+    m = compile_grammar(reference_parse(GRAMMARS[gi]), vocab).matcher()
+    masks = [m.mask().copy()]
+    for _ in range(5):
+        allowed = np.flatnonzero(m.mask())
+        if not len(allowed):
+            break
+        tok = int(data.draw(st.sampled_from(allowed.tolist())))
+        if not m.accept_token(tok):
+            break
+        masks.append(m.mask().copy())
+    f = m.fork()
+    n = m.num_accepted
+    for k in range(n, 0, -1):
+        m.rollback(1)
+        assert np.array_equal(m.mask(), masks[k - 1])
+    assert np.array_equal(f.mask(), masks[n])          # the fork did not move with the original
+    assert f.num_accepted == n
+    f.reset()
+    assert np.array_equal(f.mask(), masks[0]) and f.num_accepted == 0
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1),
+       chunks=st.lists(st.binary(max_size=6), max_size=6), toks=st.lists(st.integers(-5, 60), max_size=8))
+def test_random_input_never_crashes(pieces: list[bytes], gi: int, chunks: list[bytes], toks: list[int]) -> None:
+    vocab = _vocab(pieces)
+    m = compile_grammar(reference_parse(GRAMMARS[gi]), vocab).matcher()
+    for b in chunks:
+        before = (m.stacks, m.partial_utf8)
+        if not m.accept_bytes(b):
+            assert (m.stacks, m.partial_utf8) == before
+        assert m.mask().shape == (len(vocab),)
+    for t in toks:
+        if 0 <= t < len(vocab):
+            assert isinstance(m.accept_token(t), bool)
+        else:
+            try:
+                m.allows(t)
+            except ValueError:
+                pass
+            else:  # pragma: no cover
+                raise AssertionError("out-of-range token accepted")
