@@ -73,18 +73,61 @@ def _clean_spaces(t: bytes) -> bytes:
     return bytes(out)
 
 
+def _flags(vocab: Any) -> tuple[bool, bool]:
+    """(add_space_prefix, clean_spaces) of a vocabulary: its own attributes when it has them, else a guess from
+    the tokenizer type (SPM/UGM add a space prefix; WPM cleans spaces)."""
+    vt = getattr(vocab, "vocab_type", "")
+    asp = getattr(vocab, "add_space_prefix", None)
+    cs = getattr(vocab, "clean_spaces", None)
+    return (vt in ("spm", "ugm") if asp is None else bool(asp)), (vt == "wpm" if cs is None else bool(cs))
+
+
 def token_text(vocab: Any, token: int) -> bytes:
     """``llama_vocab::detokenize({token}, true)``: the piece, one leading space dropped for vocabularies that add a
     space prefix, and the clean-up passes for those that clean spaces."""
     piece = vocab.pieces[token]
-    vt = getattr(vocab, "vocab_type", "")
-    add_space_prefix = getattr(vocab, "add_space_prefix", vt == "spm")
-    clean = getattr(vocab, "clean_spaces", False)
+    add_space_prefix, clean = _flags(vocab)
     if add_space_prefix and piece[:1] == b" ":
         piece = piece[1:]
     if clean:
         piece = _clean_spaces(piece)
     return piece
+
+
+def _texts_from_llama(vocab: Any) -> list[bytes] | None:
+    """Every token's detokenized text straight from llama.cpp, for vocabularies made by Vocabulary.from_llama."""
+    owner = getattr(vocab, "_llama_owner", None)
+    if owner is None:
+        return None
+    try:
+        import ctypes
+
+        from llama_cpp import llama_cpp as L
+    except ImportError:  # pragma: no cover
+        return None
+    model = getattr(owner, "_model", None)
+    ptr = model.vocab if model is not None else owner
+    buf = ctypes.create_string_buffer(512)
+    one = (L.llama_token * 1)()
+    out = []
+    for i in range(len(vocab.pieces)):
+        one[0] = i
+        k = L.llama_detokenize(ptr, one, 1, buf, len(buf), False, True)
+        if k < 0:
+            big = ctypes.create_string_buffer(-k + 8)
+            k = L.llama_detokenize(ptr, one, 1, big, len(big), False, True)
+            out.append(big.raw[:k])
+        else:
+            out.append(buf.raw[:k])
+    return out
+
+
+def token_texts(vocab: Any) -> list[bytes]:
+    """:func:`token_text` of every token (from llama.cpp itself when the vocabulary came from it)."""
+    texts = _texts_from_llama(vocab)
+    if texts is None:
+        texts = [token_text(vocab, i) for i in range(len(vocab.pieces))]
+    return texts
 
 
 # as get_overlapping_token_sequences
@@ -124,7 +167,7 @@ def process_breakers(vocab: Any, breakers: tuple[str | bytes, ...]) -> Breakers:
         return per_vocab[key]
     out: Breakers = {}
     if any(key):
-        texts = [token_text(vocab, i) for i in range(len(vocab.pieces))]
+        texts = token_texts(vocab)
         for s in key:
             if not s:
                 continue

@@ -35,7 +35,8 @@ def temp_impl(c: Candidates, temp: np.float32) -> None:
         out[keep] = lg[keep]
         c.logits = out
         return
-    c.logits = (c.logits / _F32(temp)).astype(_F32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        c.logits = (c.logits / _F32(temp)).astype(_F32)
 
 
 class Temp:

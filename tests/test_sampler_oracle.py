@@ -1,0 +1,127 @@
+"""Our sampler chain against llama.cpp's C samplers, stage by stage (llama-cpp-python 0.3.36).
+
+After every sampler of the chain the candidate array must be identical: ids in order, logit and p bits, the sorted
+flag and the selected index; the selected token decides what both sides accept next. Prompt tokens are accepted
+first, as llama-server does.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from sampler.chain import Sampler  # noqa: E402
+from sampler.params import DEFAULT_SAMPLERS, Params  # noqa: E402
+from tests.oracle.chain import CChain  # noqa: E402
+from tests.sampler_support import random_logits, random_params, run_stages, same_state  # noqa: E402
+
+COUNTS = {"sequences": 0, "steps": 0, "stages": 0}
+
+
+def run_sequence(p: Params, n: int, rng: np.random.Generator, steps: int, *, vocab=None, vm=None,  # noqa: ANN001
+                 prompt_len: int = 16, modes: tuple[str, ...] | None = None, boost: list[int] | None = None) -> None:
+    ours = Sampler(p, vocab)
+    c = CChain(p, n, vm)
+    names = c.names()
+    try:
+        assert len(names) == len(ours.steps or []) or vocab is None
+        pool = boost if boost else None
+        for _ in range(int(rng.integers(0, prompt_len + 1))):
+            t = int(rng.choice(pool)) if pool else int(rng.integers(0, n))
+            ours.accept(t)
+            c.accept(t)
+        for step in range(steps):
+            mode = None if modes is None else str(rng.choice(modes))
+            lg = random_logits(rng, n, mode)
+            if boost:
+                lg[np.array(boost)] += 6
+            cs = c.stages(lg)
+            os_ = run_stages(ours, lg)
+            assert len(cs) == len(os_), (names, [s.name for s in ours.steps])
+            for i, (a, b) in enumerate(zip(os_, cs, strict=True)):
+                same_state(a, b, f"n={n} step {step} stage {i} ({names[i]}) params={p}")
+            COUNTS["stages"] += len(cs)
+            tok = int(cs[-1].token)
+            assert tok >= 0
+            ours.accept(tok)
+            c.accept(tok)
+            COUNTS["steps"] += 1
+        COUNTS["sequences"] += 1
+    finally:
+        c.free()
+
+
+ALONE = [
+    ("top_k", {"top_k": 0}), ("top_k", {"top_k": 1}), ("top_k", {"top_k": 128}), ("top_k", {"top_k": 129}),
+    ("top_k", {"top_k": 40}), ("top_k", {"top_k": 1000}),
+    ("top_p", {"top_p": 0.0}), ("top_p", {"top_p": 1.0}), ("top_p", {"top_p": 0.9}),
+    ("top_p", {"top_p": 0.999, "min_keep": 5}),
+    ("min_p", {"min_p": 0.05}), ("min_p", {"min_p": 0.5, "min_keep": 3}), ("min_p", {"min_p": 1.0}),
+    ("typ_p", {"typ_p": 0.5}), ("typ_p", {"typ_p": 0.9, "min_keep": 2}),
+    ("top_n_sigma", {"top_n_sigma": 1.0}), ("top_n_sigma", {"top_n_sigma": 0.3}),
+    ("xtc", {"xtc_probability": 1.0, "xtc_threshold": 0.05}), ("xtc", {"xtc_probability": 0.5}),
+    ("temperature", {"temp": 0.0}), ("temperature", {"temp": -2.0}), ("temperature", {"temp": 1.7}),
+    ("temperature", {"temp": 0.8, "dynatemp_range": 0.5}), ("temperature", {"temp": 0.3, "dynatemp_range": 1.0,
+                                                                              "dynatemp_exponent": 2.0}),
+    ("penalties", {"penalty_repeat": 1.3, "penalty_freq": 0.1, "penalty_present": 0.2, "penalty_last_n": 8}),
+    ("penalties", {"penalty_repeat": 1.1, "penalty_last_n": 200}),
+    ("adaptive_p", {"adaptive_target": 0.4}), ("adaptive_p", {"adaptive_target": -1.0}),
+    ("adaptive_p", {"adaptive_target": 0.9, "adaptive_decay": 0.0}),
+]
+
+
+@pytest.mark.parametrize("name,kw", ALONE, ids=[f"{a}-{'-'.join(f'{k}={v}' for k, v in b.items())}" for a, b in ALONE])
+def test_each_sampler_alone(name: str, kw: dict) -> None:
+    rng = np.random.default_rng(zlib.crc32(repr((name, sorted(kw.items()))).encode()))
+    for n in (2, 3, 50, 129, 1025, 3000):
+        p = Params(seed=int(rng.integers(0, 2**32 - 1)), samplers=(name,), **kw)
+        run_sequence(p, n, rng, 6)
+
+
+@pytest.mark.parametrize("mirostat", [1, 2])
+def test_mirostat(mirostat: int) -> None:
+    rng = np.random.default_rng(mirostat)
+    for n in (2, 10, 300, 5000):
+        for tau, eta, temp in ((5.0, 0.1, 0.8), (3.0, 0.3, 1.0), (8.0, 0.1, 0.0)):
+            p = Params(seed=int(rng.integers(0, 2**32 - 1)), mirostat=mirostat, mirostat_tau=tau,
+                       mirostat_eta=eta, temp=temp)
+            run_sequence(p, n, rng, 8)
+
+
+@pytest.mark.parametrize("n", [32000, 151936, 262144])
+def test_default_chain_large_vocab(n: int) -> None:
+    rng = np.random.default_rng(n)
+    for ties in ("normal", "ties", "ties_inf"):
+        run_sequence(Params(seed=int(rng.integers(0, 2**32 - 1))), n, rng, 3, modes=(ties,))
+
+
+def test_large_vocab_unsorted_paths() -> None:
+    """top-p's 256-wide bucket path and its re-sort, min-p's unsorted path, at 151,936 and 262,144."""
+    rng = np.random.default_rng(7)
+    for n in (151936, 262144):
+        for kw in ({"samplers": ("top_p",), "top_p": 0.95}, {"samplers": ("top_p",), "top_p": 0.9999},
+                   {"samplers": ("min_p", "top_k"), "min_p": 0.3, "top_k": 300},
+                   {"samplers": ("top_n_sigma", "top_k"), "top_n_sigma": 1.5, "top_k": 200}):
+            run_sequence(Params(seed=int(rng.integers(0, 2**32 - 1)), **kw), n, rng, 2,
+                         modes=("normal", "ties", "flat"))
+
+
+def test_random_combinations() -> None:
+    """500 sequences of 32 steps with every parameter drawn at random (edges included), small to mid vocabularies,
+    plus custom sampler orders, logit biases, mirostat and adaptive-p."""
+    rng = np.random.default_rng(20261130)
+    before = dict(COUNTS)
+    for _ in range(500):
+        n = int(rng.choice([2, 3, 5, 17, 64, 128, 129, 200, 700, 1024, 1025, 1500]))
+        p = random_params(rng, n)
+        run_sequence(p, n, rng, 32)
+    assert COUNTS["sequences"] - before["sequences"] == 500
+    assert COUNTS["steps"] - before["steps"] == 500 * 32
+
+
+def test_default_samplers_constant() -> None:
+    assert Params().samplers == DEFAULT_SAMPLERS
