@@ -18,9 +18,10 @@ How the exact result is obtained without a Python loop over every element:
   the swapped-in elements are the scans' sentinels.)  Segments reaching depth 0 get ``__partial_sort(f, l, l)``,
   an exact heapsort in Python.  The final insertion sort is a stable insertion sort; since introsort leaves the
   array in blocks ordered against each other, it equals a stable sort by key of that arrangement.
-* ``std::partial_sort`` is ``__heap_select`` + ``__sort_heap``.  The heap top's rank only decreases, so the elements
-  that can trigger a ``__pop_heap`` (``comp(*i, *first)``) are found chunk by chunk with numpy against the current
-  top (a superset, re-checked one by one); only those run through the exact ``__adjust_heap``/``__push_heap`` port.
+* ``std::partial_sort`` is ``__heap_select`` + ``__sort_heap``.  The heap top only moves towards the front, so the
+  elements that can trigger a ``__pop_heap`` (``comp(*i, *first)``) are found chunk by chunk with numpy float
+  compares against the current top (a superset, re-checked one by one); only those run through the exact
+  ``__adjust_heap``/``__push_heap`` port.
   Every other element stays where it is; each trigger position receives the evicted top.
 
 Example:
@@ -78,53 +79,48 @@ def codes_for(keys: np.ndarray, descending: bool = True) -> np.ndarray:
 # ----------------------------------------------------------------------------------------------------------- heaps
 
 
-def _adjust_heap(hk: list, hid: list, first: int, hole: int, length: int, vk: int, vid: int) -> None:
-    # as std::__adjust_heap followed by std::__push_heap, on heap [first, first + length) of parallel lists
+def _adjust_heap(hk: list, hid: list, hole: int, length: int, vk, vid: int) -> None:
+    # as std::__adjust_heap followed by std::__push_heap, on the heap hk[:length] (keys) / hid (ids);
+    # comp(a, b) is hk[a] < hk[b] (keys are ranks or negated floats)
     top = hole
     child = hole
     half = (length - 1) // 2
     while child < half:
-        child = 2 * (child + 1)
-        if hk[first + child] < hk[first + child - 1]:
+        child = 2 * child + 2
+        if hk[child] < hk[child - 1]:
             child -= 1
-        hk[first + hole] = hk[first + child]
-        hid[first + hole] = hid[first + child]
+        hk[hole] = hk[child]
+        hid[hole] = hid[child]
         hole = child
     if (length & 1) == 0 and child == (length - 2) // 2:
-        child = 2 * (child + 1)
-        hk[first + hole] = hk[first + child - 1]
-        hid[first + hole] = hid[first + child - 1]
-        hole = child - 1
+        child = 2 * child + 1
+        hk[hole] = hk[child]
+        hid[hole] = hid[child]
+        hole = child
     parent = (hole - 1) // 2
-    while hole > top and hk[first + parent] < vk:
-        hk[first + hole] = hk[first + parent]
-        hid[first + hole] = hid[first + parent]
+    while hole > top and hk[parent] < vk:
+        hk[hole] = hk[parent]
+        hid[hole] = hid[parent]
         hole = parent
         parent = (hole - 1) // 2
-    hk[first + hole] = vk
-    hid[first + hole] = vid
+    hk[hole] = vk
+    hid[hole] = vid
 
 
-def _make_heap(hk: list, hid: list, first: int, length: int) -> None:
+def _make_heap(hk: list, hid: list, length: int) -> None:
     # as std::__make_heap
     if length < 2:
         return
-    parent = (length - 2) // 2
-    while True:
-        _adjust_heap(hk, hid, first, parent, length, hk[first + parent], hid[first + parent])
-        if parent == 0:
-            return
-        parent -= 1
+    for parent in range((length - 2) // 2, -1, -1):
+        _adjust_heap(hk, hid, parent, length, hk[parent], hid[parent])
 
 
-def _sort_heap(hk: list, hid: list, first: int, length: int) -> None:
+def _sort_heap(hk: list, hid: list, length: int) -> None:
     # as std::__sort_heap: __pop_heap(first, last, last) while the heap has more than one element
-    last = length
-    while last > 1:
-        last -= 1
-        vk, vid = hk[first + last], hid[first + last]
-        hk[first + last], hid[first + last] = hk[first], hid[first]
-        _adjust_heap(hk, hid, first, 0, last, vk, vid)
+    for last in range(length - 1, 0, -1):
+        vk, vid = hk[last], hid[last]
+        hk[last], hid[last] = hk[0], hid[0]
+        _adjust_heap(hk, hid, 0, last, vk, vid)
 
 
 def _heapsort_codes(codes: np.ndarray, start: int, end: int) -> None:
@@ -132,21 +128,24 @@ def _heapsort_codes(codes: np.ndarray, start: int, end: int) -> None:
     seg = codes[start:end]
     hk = (seg >> 32).tolist()
     hid = (seg & _LOW).tolist()
-    _make_heap(hk, hid, 0, end - start)
-    _sort_heap(hk, hid, 0, end - start)
+    _make_heap(hk, hid, end - start)
+    _sort_heap(hk, hid, end - start)
     codes[start:end] = (np.array(hk, dtype=np.int64) << 32) | np.array(hid, dtype=np.int64)
 
 
-def _triggers(rank: np.ndarray, start: int, top: int):
-    """Yield candidate positions ``i >= start`` with ``rank[i] < top``, chunk by chunk; send the current top back."""
-    n = rank.size
+def _candidates(keys: np.ndarray, start: int, bound: float, descending: bool):
+    """Yield (positions, negated-or-plain keys) of the ``i >= start`` that go before ``bound``, chunk by chunk;
+    the caller sends the current bound back (it only moves towards the front, so each chunk is a superset)."""
+    n = keys.size
     pos = start
     step = max(256, start)
     while pos < n:
         end = min(n, pos + step)
-        cand = np.flatnonzero(rank[pos:end] < top)
+        chunk = keys[pos:end]
+        cand = np.flatnonzero(chunk > -bound) if descending else np.flatnonzero(chunk < bound)
         if cand.size:
-            top = yield (cand + pos).tolist(), rank[cand + pos].tolist()
+            v = chunk[cand]
+            bound = yield (cand + pos).tolist(), ((-v) if descending else v).tolist()
         pos = end
         step *= 2
 
@@ -161,48 +160,56 @@ def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.n
         >>> partial_sort_perm(np.array([0.0, 2.0, 1.0, 2.0], dtype=np.float32), 1).tolist()
         [1, 0, 2, 3]
     """
-    rank = _ranks(keys, descending)
-    n = rank.size
+    kf = np.asarray(keys)
+    if kf.ndim != 1:
+        raise ValueError(f"keys must be 1-D, got shape {kf.shape}")
+    kf = kf.astype(np.float32, copy=False)
+    if np.isnan(kf).any():
+        raise ValueError("keys contain NaN: std::sort/partial_sort need a strict weak order")
+    n = kf.size
     if not 0 <= k <= n:
         raise ValueError(f"k must be in [0, {n}], got {k}")
     perm = np.arange(n, dtype=np.int64)
     if n == 0:
         return perm
+    # heap keys: comp(a, b) is key_a > key_b (descending) == (-key_a) < (-key_b); floats compare -0.0 == 0.0
+    head = (-kf[: max(k, 1)] if descending else kf[: max(k, 1)]).astype(np.float64).tolist()
     if k == 0:
         # __heap_select with an empty heap: every comp(*i, *first) swaps *i with *first (position 0)
-        cur_k, cur_id = int(rank[0]), 0
-        gen = _triggers(rank, 1, cur_k)
+        cur_k, cur_id = head[0], 0
+        gen = _candidates(kf, 1, cur_k, descending)
         try:
             cands = next(gen)
             while True:
-                for i, ri in zip(*cands, strict=True):
-                    if ri < cur_k:
+                for i, vi in zip(*cands, strict=True):
+                    if vi < cur_k:
                         perm[i] = cur_id
-                        cur_k, cur_id = ri, i
+                        cur_k, cur_id = vi, i
                 cands = gen.send(cur_k)
         except StopIteration:
             pass
         perm[0] = cur_id
         return perm
-    hk = rank[:k].tolist()
+    hk = head
     hid = list(range(k))
-    _make_heap(hk, hid, 0, k)  # as std::__heap_select
+    _make_heap(hk, hid, k)  # as std::__heap_select
     evict_pos: list[int] = []
     evict_id: list[int] = []
     if k < n:
-        gen = _triggers(rank, k, hk[0])
+        gen = _candidates(kf, k, hk[0], descending)
+        adjust = _adjust_heap
         try:
             cands = next(gen)
             while True:
-                for i, ri in zip(*cands, strict=True):
-                    if ri < hk[0]:  # comp(*i, *first): __pop_heap(first, middle, i)
+                for i, vi in zip(*cands, strict=True):
+                    if vi < hk[0]:  # comp(*i, *first): __pop_heap(first, middle, i)
                         evict_pos.append(i)
                         evict_id.append(hid[0])
-                        _adjust_heap(hk, hid, 0, 0, k, ri, i)
+                        adjust(hk, hid, 0, k, vi, i)
                 cands = gen.send(hk[0])
         except StopIteration:
             pass
-    _sort_heap(hk, hid, 0, k)
+    _sort_heap(hk, hid, k)
     perm[:k] = hid
     if evict_pos:
         perm[np.array(evict_pos, dtype=np.int64)] = np.array(evict_id, dtype=np.int64)
@@ -309,8 +316,8 @@ def _equal_perm(length: int, depth: int) -> np.ndarray:
     elif depth == 0:
         hk = [0] * length
         hid = list(range(length))
-        _make_heap(hk, hid, 0, length)
-        _sort_heap(hk, hid, 0, length)
+        _make_heap(hk, hid, length)
+        _sort_heap(hk, hid, length)
         p = np.array(hid, dtype=np.int64)
     else:
         p = np.arange(length, dtype=np.int64)

@@ -5,6 +5,7 @@ std::discrete_distribution and glibc's expf.  Every draw, and the generator stat
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import math
 
 import numpy as np
