@@ -176,7 +176,9 @@ def _round_f32(q: Fraction) -> float:
     c0 = np.float32(float(q))
     best: float | None = None
     best_d: Fraction | None = None
-    for c in (np.nextafter(c0, np.float32(-np.inf)), c0, np.nextafter(c0, np.float32(np.inf))):
+    with np.errstate(over="ignore"):
+        around = (np.nextafter(c0, np.float32(-np.inf)), c0, np.nextafter(c0, np.float32(np.inf)))
+    for c in around:
         if not np.isfinite(c):
             continue
         d = abs(Fraction(float(c)) - q)

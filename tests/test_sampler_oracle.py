@@ -20,6 +20,7 @@ from tests.oracle.chain import CChain  # noqa: E402
 from tests.sampler_support import random_logits, random_params, run_stages, same_state  # noqa: E402
 
 COUNTS = {"sequences": 0, "steps": 0, "stages": 0}
+ACTIVE: dict[str, int] = {}  # C stages that changed the array, by sampler name
 
 
 def run_sequence(p: Params, n: int, rng: np.random.Generator, steps: int, *, vocab=None, vm=None,  # noqa: ANN001
@@ -45,6 +46,12 @@ def run_sequence(p: Params, n: int, rng: np.random.Generator, steps: int, *, voc
             for i, (a, b) in enumerate(zip(os_, cs, strict=True)):
                 same_state(a, b, f"n={n} step {step} stage {i} ({names[i]}) params={p}")
             COUNTS["stages"] += len(cs)
+            prev_ids, prev_lg = np.arange(n), lg
+            for nm, b in zip(names, cs, strict=True):
+                if len(b.ids) != len(prev_ids) or not np.array_equal(b.ids, prev_ids) or \
+                        not np.array_equal(b.logits, prev_lg):
+                    ACTIVE[nm] = ACTIVE.get(nm, 0) + 1
+                prev_ids, prev_lg = b.ids, b.logits
             tok = int(cs[-1].token)
             assert tok >= 0
             ours.accept(tok)
