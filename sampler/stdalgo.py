@@ -197,16 +197,39 @@ def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.n
     evict_id: list[int] = []
     if k < n:
         gen = _candidates(kf, k, hk[0], descending)
-        adjust = _adjust_heap
+        half = (k - 1) // 2
+        last_parent = (k - 2) // 2 if (k & 1) == 0 else -1
+        top = hk[0]
         try:
             cands = next(gen)
             while True:
                 for i, vi in zip(*cands, strict=True):
-                    if vi < hk[0]:  # comp(*i, *first): __pop_heap(first, middle, i)
+                    if vi < top:  # comp(*i, *first): __pop_heap(first, middle, i), _adjust_heap inlined
                         evict_pos.append(i)
                         evict_id.append(hid[0])
-                        adjust(hk, hid, 0, k, vi, i)
-                cands = gen.send(hk[0])
+                        hole = child = 0
+                        while child < half:
+                            child = 2 * child + 2
+                            if hk[child] < hk[child - 1]:
+                                child -= 1
+                            hk[hole] = hk[child]
+                            hid[hole] = hid[child]
+                            hole = child
+                        if child == last_parent:
+                            child = 2 * child + 1
+                            hk[hole] = hk[child]
+                            hid[hole] = hid[child]
+                            hole = child
+                        parent = (hole - 1) // 2
+                        while hole > 0 and hk[parent] < vi:
+                            hk[hole] = hk[parent]
+                            hid[hole] = hid[parent]
+                            hole = parent
+                            parent = (hole - 1) // 2
+                        hk[hole] = vi
+                        hid[hole] = i
+                        top = hk[0]
+                cands = gen.send(top)
         except StopIteration:
             pass
     _sort_heap(hk, hid, k)
@@ -425,6 +448,36 @@ def _introsort(codes: np.ndarray, starts: list[int], ends: list[int], limit: int
     return bound
 
 
+def _introsort_prefix(codes: np.ndarray, limit: int) -> int:
+    """``std::__introsort_loop`` on all of ``codes``, depth first, skipping segments that start at or after
+    ``limit``; returns the smallest cut point >= ``limit`` (cheaper per level than the batched :func:`_introsort`
+    when only a prefix is wanted: one or two segments per level)."""
+    n = codes.size
+    bound = n
+    work = [(0, n, 2 * _lg(n))]
+    while work:
+        s, e, d = work.pop()
+        while e - s > _THRESHOLD and s < limit:
+            if d == 0:
+                _heapsort_codes(codes, s, e)
+                break
+            d -= 1
+            cut, _, cnt_l, cnt_r = _partition_one(codes, s, e)
+            if cut >= limit:
+                bound = min(bound, cut)
+            elif e - cut > _THRESHOLD:  # the right part, as __introsort_loop's recursive call
+                if cnt_r == e - s:
+                    codes[cut:e] = codes[cut:e][_equal_perm(e - cut, d)]
+                else:
+                    work.append((cut, e, d))
+            if cnt_l == e - s - 1:  # the left part is all equal: finish it in closed form
+                if cut - s > _THRESHOLD:
+                    codes[s:cut] = codes[s:cut][_equal_perm(cut - s, d)]
+                break
+            e = cut
+    return bound
+
+
 def sort_perm(keys: np.ndarray, descending: bool = True) -> np.ndarray:
     """The arrangement ``std::sort(first, last, comp)`` leaves, as original indices.
 
@@ -460,7 +513,7 @@ def sort_prefix_perm(keys: np.ndarray, m: int, descending: bool = True) -> np.nd
         return np.zeros(0, dtype=np.int64)
     bound = n
     if n > 1:
-        bound = _introsort(codes, [0], [n], limit=m)
+        bound = _introsort_prefix(codes, m)
     head = codes[:bound]
     return head[np.argsort(head >> 32, kind="stable")[:m]] & _LOW
 

@@ -1,0 +1,57 @@
+"""A large oracle sweep for sampler.s2 and sampler.stdalgo (outside CI): many seeds, sizes, ties and parameters.
+
+Run from the repo root: ``.venv/bin/python scripts/s2_sweep.py [rounds]``.  Prints the number of draws / arrangements
+compared and every mismatch (there must be none).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from sampler import stdalgo as S  # noqa: E402
+from sampler.rng import Mt19937  # noqa: E402
+from sampler.s2 import S2Params, s2_sample  # noqa: E402
+from tests.cpp.build import compile_cpp, s2_oracle_run  # noqa: E402
+from tests.test_s2 import TEMPS, TOP_PS, _logits  # noqa: E402
+
+
+def sweep_s2(rs: np.random.Generator, exe: Path) -> tuple[int, int]:
+    cases = []
+    for _ in range(60):
+        n = int(rs.choice([1, 2, 7, 16, 17, 64, 300, 2048, 4096, 4096, 30_000]))
+        cases.append(dict(seed=int(rs.integers(0, 2**32)), draws=int(rs.integers(5, 40)),
+                          temperature=float(rs.choice(TEMPS + [0.3, 5.0])),
+                          top_p=float(rs.choice(TOP_PS + [0.5, 0.95, -1.0, 2.0])),
+                          top_k=int(rs.choice([0, -3, 1, 2, 30, 100, n, n + 1])),
+                          logits=[_logits(rs, n) for _ in range(int(rs.integers(1, 4)))]))
+    total = bad = 0
+    for c, (ids, nxt, _) in zip(cases, s2_oracle_run(cases, exe), strict=True):
+        g = Mt19937(c["seed"])
+        p = S2Params(c["temperature"], c["top_p"], c["top_k"])
+        got = [s2_sample(c["logits"][i % len(c["logits"])], p, g) for i in range(c["draws"])]
+        total += len(got)
+        if got != ids or g.next_u32() != nxt:
+            bad += 1
+            print("S2 MISMATCH", len(c["logits"][0]), p, c["seed"])
+    return total, bad
+
+
+def main() -> int:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    exe = compile_cpp("s2_oracle.cpp")
+    rs = np.random.default_rng(int.from_bytes(b"s2sw", "little"))
+    total = bad = 0
+    for r in range(rounds):
+        t, b = sweep_s2(rs, exe)
+        total += t
+        bad += b
+        print(f"round {r + 1}/{rounds}: {total} s2 draws compared, {bad} mismatching sequences", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
