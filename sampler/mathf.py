@@ -111,7 +111,8 @@ def expf_vec(x: np.ndarray) -> np.ndarray:
         near &= ~np.isnan(x) & (x != -np.inf)
     idx = np.flatnonzero(near)
     if idx.size:
-        f[idx] = _expf_u(x[idx]).astype(np.float32)
+        with np.errstate(all="ignore"):
+            f[idx] = _expf_u(x[idx]).astype(np.float32)
     f[x == -np.inf] = 0.0
     return f
 
@@ -121,8 +122,9 @@ def logf_vec(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=np.float32)
     if x.size == 0:
         return np.empty(0, np.float32)
-    if x.size > 64:
-        u, inv = np.unique(x, return_inverse=True)
-        if u.size < x.size:
-            return _logf_u(u).astype(np.float32)[inv.reshape(-1)]
-    return _logf_u(x).astype(np.float32)
+    with np.errstate(all="ignore"):
+        if x.size > 64:
+            u, inv = np.unique(x, return_inverse=True)
+            if u.size < x.size:
+                return _logf_u(u).astype(np.float32)[inv.reshape(-1)]
+        return _logf_u(x).astype(np.float32)

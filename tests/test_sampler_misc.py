@@ -1,0 +1,99 @@
+"""glibc expf through numpy (bit-identical), bad input, reset/clone/random seeds, against llama.cpp where it has an
+answer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sampler import mathf
+from sampler.chain import Sampler
+from sampler.params import Params
+
+
+def test_expf_vec_matches_glibc() -> None:
+    """The numpy path against glibc's expf itself on 600,000 floats of the range softmax uses (x <= 0), edges
+    included. scripts/check_expf.py runs every float in [-104, 0]."""
+    rng = np.random.default_rng(0)
+    x = np.concatenate([
+        -rng.random(300_000).astype(np.float32) * 110,
+        -rng.random(100_000).astype(np.float32) * 2,
+        (rng.integers(-400, 1, 100_000) / np.float32(8)).astype(np.float32),
+        -rng.random(100_000).astype(np.float32) * 1e-3,
+        np.array([0.0, -0.0, -np.inf, -87.33654, -88.72283, -103.97208, -103.97209, -104.0, -150.0, -1e30,
+                  -1e-45, 1.0, 10.0, 88.0, 88.8, 89.0], np.float32),
+    ])
+    want = np.frompyfunc(mathf.expf, 1, 1)(x).astype(np.float32)
+    got = mathf.expf_vec(x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+def test_logf_vec_matches_glibc() -> None:
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.random(5000).astype(np.float32), np.round(rng.random(5000), 2).astype(np.float32),
+                        np.array([0.0, 1.0, 1e-45], np.float32)])
+    want = np.array([mathf.logf(float(v)) for v in x], np.float32)
+    assert np.array_equal(mathf.logf_vec(x).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("bad", [np.zeros((2, 3), np.float32), np.array(["a", "b"]), np.array([0.0, np.nan]),
+                                 np.zeros(0, np.float32)])
+def test_bad_logits(bad: np.ndarray) -> None:
+    s = Sampler(Params(seed=1))
+    with pytest.raises(ValueError):
+        s.sample(bad)
+
+
+def test_wrong_size_and_bad_tokens() -> None:
+    s = Sampler(Params(seed=1))
+    s.sample(np.zeros(10, np.float32))
+    with pytest.raises(ValueError, match="expected 10 logits"):
+        s.sample(np.zeros(11, np.float32))
+    with pytest.raises(ValueError, match="out of range"):
+        s.accept(10)
+    with pytest.raises(ValueError, match="out of range"):
+        s.accept(-1)
+    with pytest.raises(ValueError, match="mask must have shape"):
+        s.sample_constrained(np.zeros(10, np.float32), lambda t: False, lambda: np.ones(3, bool))
+
+
+def test_reset_reseeds_and_clears_windows() -> None:
+    p = Params(seed=5, penalty_repeat=1.5, penalty_last_n=8, xtc_probability=0.5)
+    s = Sampler(p)
+    lg = np.random.default_rng(2).standard_normal(500).astype(np.float32)
+    first = []
+    for _ in range(10):
+        t = s.sample(lg)
+        s.accept(t)
+        first.append(t)
+    s.reset()
+    again = []
+    for _ in range(10):
+        t = s.sample(lg)
+        s.accept(t)
+        again.append(t)
+    assert first == again
+
+
+def test_clone_is_independent() -> None:
+    s = Sampler(Params(seed=9, mirostat=2))
+    lg = np.random.default_rng(3).standard_normal(300).astype(np.float32)
+    s.accept(s.sample(lg))
+    c = s.clone()
+    a = [s.sample(lg) for _ in range(5)]
+    b = [c.sample(lg) for _ in range(5)]
+    assert a == b
+
+
+def test_random_seed_differs() -> None:
+    lg = np.zeros(1000, np.float32)
+    draws = {tuple(Sampler(Params(top_k=0, top_p=1.0, min_p=0.0)).sample(lg) for _ in range(3)) for _ in range(5)}
+    assert len(draws) > 1
+
+
+def test_accept_before_first_logits() -> None:
+    """Without a vocabulary the size comes from the first logits; prompt tokens given earlier are kept."""
+    p = Params(seed=4, penalty_repeat=10.0, penalty_last_n=4, top_k=0, top_p=1.0, min_p=0.0, temp=0.0)
+    s = Sampler(p)
+    s.accept(2)
+    assert s.sample(np.array([0.0, 0.5, 1.0], np.float32)) == 1
