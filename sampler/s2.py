@@ -177,15 +177,16 @@ def s2_sample(logits: np.ndarray, params: S2Params, rng: Mt19937) -> int:
 
 
 def _walk(p: np.ndarray, total: np.float32, k: int, top_p: np.float32) -> int:
-    """Step 6 on the candidates: how many leading items are kept, or -1 when the walk would go past them."""
-    if total > _F0:
-        p = p / total
-    cum = np.add.accumulate(p, dtype=np.float32)
-    over = np.flatnonzero(cum[1:] > top_p)  # item i > 0 dropped once the running sum exceeds top_p
-    cut = int(over[0]) + 1 if over.size else p.size
-    if cut < p.size or k <= p.size:
-        return min(cut, k)
-    return -1
+    """Step 6 on the leading (candidate) probabilities: how many leading items are kept, or -1 when the walk would
+    need items past ``p`` (only possible when ``k > p.size``).  Items ``i >= k`` are dropped, so the running sum is
+    only needed for the first ``min(k, p.size)``."""
+    m = min(k, p.size)
+    q = p[:m] / total if total > _F0 else p[:m]
+    cum = np.add.accumulate(q, dtype=np.float32)
+    over = np.flatnonzero(cum[1:] > top_p)  # item i > 0 is dropped once the running sum exceeds top_p
+    if over.size:
+        return int(over[0]) + 1
+    return k if k <= p.size else -1
 
 
 class S2Sampler:

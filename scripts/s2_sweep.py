@@ -6,6 +6,7 @@ compared and every mismatch (there must be none).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,17 +41,50 @@ def sweep_s2(rs: np.random.Generator, exe: Path) -> tuple[int, int]:
     return total, bad
 
 
+def sweep_stdalgo(rs: np.random.Generator, exe: Path) -> tuple[int, int]:
+    cases = []
+    for _ in range(40):
+        n = int(rs.choice([2, 17, 100, 1000, 4096, 32_000, 155_776, 262_144]))
+        d = int(rs.integers(1, 9))
+        keys = (rs.integers(0, d, n) * rs.choice([0.5, 1.0])).astype(np.float32)
+        if rs.random() < 0.3:
+            keys = np.round(rs.normal(size=n) * 4, 1).astype(np.float32)
+        if rs.random() < 0.3:
+            keys[rs.random(n) < rs.random()] = -np.inf
+        op = int(rs.integers(0, 4))
+        k = int(min(n, rs.choice([0, 1, 40, 128, 129, n])))
+        cases.append((op, keys, k))
+    buf = b"".join(np.array([op, len(k), kk], dtype=np.int32).tobytes() + k.tobytes() for op, k, kk in cases)
+    out = np.frombuffer(subprocess.run([str(exe)], input=buf, capture_output=True, check=True).stdout, np.int32)
+    bad = o = 0
+    for op, keys, k in cases:
+        want = out[o: o + len(keys)]
+        o += len(keys)
+        desc = op in (0, 2)
+        got = S.sort_perm(keys, desc) if op < 2 else S.partial_sort_perm(keys, k, desc)
+        if not np.array_equal(got, want) or (op < 2 and not np.array_equal(S.sort_prefix_perm(keys, 30, desc),
+                                                                          want[:30])):
+            bad += 1
+            print("STDALGO MISMATCH", op, len(keys), k)
+    return len(cases), bad
+
+
 def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     exe = compile_cpp("s2_oracle.cpp")
+    exe_sort = compile_cpp("stdalgo_oracle.cpp")
     rs = np.random.default_rng(int.from_bytes(b"s2sw", "little"))
-    total = bad = 0
+    total = bad = arr = bad_arr = 0
     for r in range(rounds):
         t, b = sweep_s2(rs, exe)
         total += t
         bad += b
-        print(f"round {r + 1}/{rounds}: {total} s2 draws compared, {bad} mismatching sequences", flush=True)
-    return 1 if bad else 0
+        t, b = sweep_stdalgo(rs, exe_sort)
+        arr += t
+        bad_arr += b
+        print(f"round {r + 1}/{rounds}: {total} s2 draws compared, {bad} mismatching sequences; "
+              f"{arr} sort/partial_sort arrangements compared, {bad_arr} mismatches", flush=True)
+    return 1 if bad or bad_arr else 0
 
 
 if __name__ == "__main__":
