@@ -326,7 +326,9 @@ def _lg(n: int) -> int:
     return n.bit_length() - 1  # std::__lg
 
 
-@functools.lru_cache(maxsize=4096)
+_CACHE_MAX = 8192
+
+
 def _equal_perm(length: int, depth: int) -> np.ndarray:
     """What ``__introsort_loop`` (then the final insertion sort) does to ``length`` equal elements at ``depth``.
 
@@ -334,6 +336,17 @@ def _equal_perm(length: int, depth: int) -> np.ndarray:
     swaps ``first+1+j`` with ``last-1-j`` while ``j < (length-1)//2``, i.e. reverses ``[first+1, last)``, and the cut
     is ``first + (length+1)//2``.  The two halves recurse with ``depth - 1``; proven by the oracle tests too.
     """
+    if length <= _CACHE_MAX:
+        return _equal_perm_cached(length, depth)
+    return _equal_perm_build(length, depth)
+
+
+@functools.lru_cache(maxsize=512)  # at most 512 * 8192 * 8 bytes = 32 MiB
+def _equal_perm_cached(length: int, depth: int) -> np.ndarray:
+    return _equal_perm_build(length, depth)
+
+
+def _equal_perm_build(length: int, depth: int) -> np.ndarray:
     if length <= _THRESHOLD:
         p = np.arange(length, dtype=np.int64)
     elif depth == 0:
