@@ -290,11 +290,16 @@ def _partition_many(codes: np.ndarray, s: np.ndarray, e: np.ndarray):
     lens = e - s
     offs = np.cumsum(lens) - lens
     total = int(offs[-1] + lens[-1])
-    segid = np.repeat(np.arange(m), lens)
-    pos = np.arange(total, dtype=np.int64) + np.repeat(s - offs, lens)
+    if m == 1 or np.array_equal(e[:-1], s[1:]):  # adjacent segments: one contiguous run
+        pos = np.arange(int(s[0]), int(s[0]) + total, dtype=np.int64)
+    else:  # positions advance by one inside a segment and jump between segments
+        step = np.ones(total, dtype=np.int64)
+        step[0] = s[0]
+        step[offs[1:]] = s[1:] - e[:-1] + 1
+        pos = np.cumsum(step)
     vals = codes[pos]
     prank = codes[s] >> 32
-    p0pos = (prank << 32)[segid]  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
+    p0pos = np.repeat(prank << 32, lens)  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
     lmask = vals >= p0pos
     lmask[offs] = False  # the left scan starts after the pivot
     rmask = vals < p0pos + _ONE_HI
