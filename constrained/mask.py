@@ -111,47 +111,54 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
     depth = 0
     while frontier:
         nxt: dict[Stack, list] = {}
+        prep: dict[int, tuple] = {}    # per row set shared by several stacks: the split and gathers, done once
+        keep: list = []                # keeps the keyed arrays alive while their ids are in use
         for stack, parts in frontier.items():
             if any(p is _ALL for p in parts):
                 rows = _ALL
             else:
-                rows = _merge(parts, n)
-                rows = rows[~acc[rows]]
-                if not len(rows):
-                    continue
+                rows = parts[0] if len(parts) == 1 else _merge(parts, n)
             if stack and stack[-1] == bottom:
                 if pops is not None:
-                    pops.append((np.arange(n) if rows is _ALL else rows, depth))
+                    pops.append((np.arange(n) if rows is _ALL else rows[~acc[rows]], depth))
                 continue
-            if rows is _ALL:
-                ended = t.zero_rows
-            else:
-                lens = t.length[rows]
-                ended = rows[lens == depth]
-                rows = rows[lens > depth]
+            key = -1 if rows is _ALL else id(rows)
+            pr = prep.get(key)
+            if pr is None:
+                if rows is _ALL:
+                    ended, cont = t.zero_rows, _ALL
+                else:
+                    rows = rows[~acc[rows]]
+                    lens = t.length[rows]
+                    ended = rows[lens == depth]
+                    cont = rows[lens > depth]
+                pr = [ended, t.rem[ended], t.val[ended], cont, None]
+                if len(parts) == 1:
+                    prep[key] = pr
+                    keep.append(parts[0])
+            ended, rem_e, val_e, cont, cps = pr
             # candidates with no code points left
             if len(ended):
-                r = t.rem[ended]
                 if stack and types[stack[-1]] not in (TOKEN, TOKEN + 1):
-                    ok = (r == 0) | _partial_match(g, stack[-1], t.val[ended], r)
+                    ok = (rem_e == 0) | _partial_match(g, stack[-1], val_e, rem_e)
                 else:
-                    ok = r == 0
+                    ok = rem_e == 0
                 acc[ended[ok]] = True
             if not stack:
                 continue
             top = stack[-1]
             ty = types[top]
             if ty == TOKEN or ty == TOKEN + 1:       # TOKEN / TOKEN_NOT: decided by id
-                if rows is _ALL:
-                    rows = np.flatnonzero(t.length > 0)
+                rows = np.flatnonzero(t.length > 0) if cont is _ALL else cont
                 ids = t.ids[rows]
                 acc[rows[(ids == values[top]) if ty == TOKEN else (ids != values[top])]] = True
                 continue
-            if rows is _ALL:
+            if cont is _ALL:
                 matched = _first_rows(g, top, t)
             else:
-                cps = t.flat[t.start[rows] + depth]
-                matched = rows[_class_match(g, top, cps)]
+                if cps is None:
+                    cps = pr[4] = t.flat[t.start[cont] + depth]
+                matched = cont[_class_match(g, top, cps)]
             if not len(matched):
                 continue
             for s in g.next_stacks(stack):
@@ -165,9 +172,10 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
 class LocalInfo:
     """What the stack ``(…, p)`` accepts whatever lies below ``p`` (see the module docstring)."""
 
-    accepted: np.ndarray          # bool over table rows: accepted for sure
+    bits: np.ndarray              # packed bool over table rows (np.packbits): accepted for sure
     unc_rows: np.ndarray          # rows that pop into the rest of the stack (one entry per (row, depth))
     keys: TokenTable | None       # their remainders (code points from the pop on, final partial state), same order
+    unc_bits: np.ndarray          # packed bool over table rows: the rows in ``unc_rows``
 
 
 def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
@@ -195,4 +203,6 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
         unc_rows, depths = unc_rows[keep], depths[keep]
         if len(unc_rows):
             keys = t.shifted(unc_rows, depths)
-    return LocalInfo(acc, unc_rows, keys)
+    unc = np.zeros(t.n, dtype=bool)
+    unc[unc_rows] = True
+    return LocalInfo(np.packbits(acc), unc_rows, keys, np.packbits(unc))

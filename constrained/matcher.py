@@ -83,23 +83,33 @@ class CompiledGrammar:
 
     # ---- per-position caches -------------------------------------------------------------------------------
     def local(self, suffix: Stack) -> LocalInfo:
+        """The cached walk of the stack suffix (shared with other grammars of the same vocabulary)."""
         li = self._local.get(suffix)
         if li is None:
-            with self._lock:
-                li = self._local.get(suffix)
-                if li is None:
-                    li = self._local[suffix] = local_info(self.rules, self.index.table, suffix)
+            key = self.rules.canonical_key(suffix)
+            shared = self.index.shared_local
+            with self.index._lock:
+                li = shared.get(key)
+                if li is not None:
+                    shared.move_to_end(key)
+            if li is None:
+                li = local_info(self.rules, self.index.table, suffix)
+                with self.index._lock:
+                    shared[key] = li
+                    if len(shared) > self.index.shared_local_size:
+                        shared.popitem(last=False)
+            self._local[suffix] = li
         return li
 
-    def _token_mask(self, p: int) -> np.ndarray:
+    def _token_bits(self, p: int) -> np.ndarray:
         m = self._token_top.get(p)
         if m is None:
-            m = self._token_top[p] = walk(self.rules, self.index.table, ((p,),))
+            m = self._token_top[p] = np.packbits(walk(self.rules, self.index.table, ((p,),)))
         return m
 
-    def _empty_mask(self) -> np.ndarray:
+    def _empty_bits(self) -> np.ndarray:
         if self._empty is None:
-            self._empty = walk(self.rules, self.index.table, ((),))
+            self._empty = np.packbits(walk(self.rules, self.index.table, ((),)))
         return self._empty
 
     def precompute(self) -> int:
@@ -134,21 +144,24 @@ class CompiledGrammar:
             m = np.zeros(n, dtype=bool)
             m[t.ids[acc]] = True
         else:
-            m = np.zeros(n, dtype=bool)
+            bits = np.zeros((n + 7) // 8, dtype=np.uint8)
+            unc = []
             for s in stacks:
                 if not s:
-                    m |= self._empty_mask()
+                    bits |= self._empty_bits()
                     continue
                 top = s[-1]
                 if g.types[top] in (TOKEN, TOKEN_NOT):
-                    m |= self._token_mask(top)
+                    bits |= self._token_bits(top)
                     continue
                 below, suffix = g.split(s)
                 li = self.local(suffix)
-                m |= li.accepted
+                bits |= li.bits
                 if li.keys is not None:
-                    ok = self._uncertain(suffix, below, li)
-                    m[li.unc_rows[ok]] = True
+                    unc.append(li.unc_rows[self._uncertain(suffix, below, li)])
+            m = np.unpackbits(bits, count=n).view(bool)
+            for rows in unc:
+                m[rows] = True
         m[self.index.eog_ids] = any(not s for s in stacks)
         m.setflags(write=False)
         self._masks.put(key, m)
@@ -165,7 +178,22 @@ class CompiledGrammar:
         if idx.dead[token]:
             return False
         cps, val, rem = idx.decode(token, *partial)
-        return self.rules.stacks_accept(stacks, apply_view(cps), val, rem, token)
+        cps = apply_view(cps)
+        g = self.rules
+        if partial[1] > 0:
+            return g.stacks_accept(stacks, cps, val, rem, token)
+        byte, bit = token >> 3, 0x80 >> (token & 7)
+        for s in stacks:
+            if s and g.types[s[-1]] not in (TOKEN, TOKEN_NOT):
+                li = self._local.get(g.split(s)[1])
+                if li is not None:     # the per-suffix cache decides unless the token is uncertain there
+                    if li.bits[byte] & bit:
+                        return True
+                    if not li.unc_bits[byte] & bit:
+                        continue
+            if g.stacks_accept((s,), cps, val, rem, token):
+                return True
+        return False
 
 
 class GrammarMatcher:

@@ -19,11 +19,10 @@ from __future__ import annotations
 from .errors import ConstrainedError
 from .ir import ElementType, ParsedGrammar
 
-END, ALT, RULE_REF = ElementType.END, ElementType.ALT, ElementType.RULE_REF
-CHAR, CHAR_NOT, CHAR_RNG_UPPER, CHAR_ALT, CHAR_ANY = (ElementType.CHAR, ElementType.CHAR_NOT,
-                                                      ElementType.CHAR_RNG_UPPER, ElementType.CHAR_ALT,
-                                                      ElementType.CHAR_ANY)
-TOKEN, TOKEN_NOT = ElementType.TOKEN, ElementType.TOKEN_NOT
+END, ALT, RULE_REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
+CHAR, CHAR_NOT, CHAR_RNG_UPPER = int(ElementType.CHAR), int(ElementType.CHAR_NOT), int(ElementType.CHAR_RNG_UPPER)
+CHAR_ALT, CHAR_ANY = int(ElementType.CHAR_ALT), int(ElementType.CHAR_ANY)
+TOKEN, TOKEN_NOT = int(ElementType.TOKEN), int(ElementType.TOKEN_NOT)
 BOTTOM_TYPE = 99           # a sentinel position: "the rest of the stack" (used by the mask cache)
 _CLASS = (CHAR, CHAR_NOT, CHAR_ANY)
 _TERMINAL = (CHAR, CHAR_NOT, CHAR_ANY, TOKEN, TOKEN_NOT, BOTTOM_TYPE)
@@ -88,8 +87,12 @@ class GrammarRules:
         for p, t in enumerate(types):
             if t in _CLASS:
                 self.classes[p] = self._compile_class(p)
+        # per class position, whether each ASCII code point matches (a fast path for allows)
+        self.ascii_ok = {p: bytes(self.match_char(p, c) for c in range(128)) for p in self.classes}
         self._advance_memo: dict[Stack, Stacks] = {}
         self._next_memo: dict[Stack, Stacks] = {}
+        self._canon_memo: dict[Stack, tuple] = {}
+        self._split_memo: dict[Stack, tuple[Stack, Stack]] = {}
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
     def _compile_class(self, p: int) -> tuple[bool, tuple[tuple[int, int], ...], int]:
@@ -279,37 +282,64 @@ class GrammarRules:
             return None
         return tuple(out), (new_partial if new_partial is not None else partial)
 
-    # a boolean llama_grammar_reject_candidates_for_stack for one candidate
-    def stack_accepts(self, stack: Stack, cps: list[int], i: int, value: int, n_remain: int, token: int,
-                      visited: set[tuple[Stack, int]] | None = None) -> bool:
-        """Whether ``stack`` does not reject the candidate whose code points from ``i`` on are ``cps[i:]``."""
-        if not stack:
-            return i == len(cps) and n_remain == 0
-        pos = stack[-1]
-        t = self.types[pos]
-        if t in (TOKEN, TOKEN_NOT):
-            if i == len(cps):
-                return n_remain == 0
-            return self.match_token(pos, token)
-        if i == len(cps):
-            return n_remain == 0 or self.match_partial(pos, value, n_remain)
-        if not self.match_char(pos, cps[i]):
-            return False
-        if visited is None:
-            visited = set()
-        for s in self.next_stacks(stack):
-            key = (s, i + 1)
-            if key in visited:
+    # a boolean llama_grammar_reject_candidates for one candidate (depth-first, each (stack, depth) once)
+    def stacks_accept(self, stacks: Stacks, cps: list[int], value: int, n_remain: int, token: int,
+                      start: int = 0) -> bool:
+        """True unless every stack rejects the candidate whose code points from ``start`` on are ``cps[start:]``
+        and whose final partial UTF-8 state is ``(value, n_remain)`` (``llama_grammar_reject_candidates``)."""
+        n = len(cps)
+        types, values, classes, ascii_ok = self.types, self.values, self.classes, self.ascii_ok
+        next_memo = self._next_memo
+        todo = [(s, start) for s in stacks]
+        seen: set[tuple[Stack, int]] | None = None
+        while todo:
+            stack, i = todo.pop()
+            if not stack:
+                if i == n and n_remain == 0:
+                    return True
                 continue
-            visited.add(key)
-            if self.stack_accepts(s, cps, i + 1, value, n_remain, token, visited):
-                return True
+            pos = stack[-1]
+            ty = types[pos]
+            if ty == TOKEN or ty == TOKEN_NOT:
+                if i == n:
+                    if n_remain == 0:
+                        return True
+                elif (values[pos] == token) == (ty == TOKEN):
+                    return True
+                continue
+            if i == n:
+                if n_remain == 0 or self.match_partial(pos, value, n_remain):
+                    return True
+                continue
+            cp = cps[i]
+            if cp < 128:
+                if not ascii_ok[pos][cp]:
+                    continue
+            else:
+                positive, items, _ = classes[pos]
+                for lo, hi in items:
+                    if lo <= cp <= hi:
+                        break
+                else:
+                    positive = not positive
+                if not positive:
+                    continue
+            nxt = next_memo.get(stack)
+            if nxt is None:
+                nxt = self.next_stacks(stack)
+            if seen is None:
+                seen = set()
+            i += 1
+            for s in nxt:
+                key = (s, i)
+                if key not in seen:
+                    seen.add(key)
+                    todo.append(key)
         return False
 
-    def stacks_accept(self, stacks: Stacks, cps: list[int], value: int, n_remain: int, token: int) -> bool:
-        """``llama_grammar_reject_candidates`` for one candidate: True unless every stack rejects it."""
-        visited: set[tuple[Stack, int]] = set()
-        return any(self.stack_accepts(s, cps, 0, value, n_remain, token, visited) for s in stacks)
+    def stack_accepts(self, stack: Stack, cps: list[int], i: int, value: int, n_remain: int, token: int) -> bool:
+        """Whether ``stack`` alone does not reject the candidate from code point ``i`` on."""
+        return self.stacks_accept((stack,), cps, value, n_remain, token, i)
 
     # as llama_grammar_reject_candidates_for_stack, with llama.cpp's output order (for test-llama-grammar)
     def reject_candidates_for_stack(self, stack: Stack, cands: list[tuple[int, list[int], int, Partial, int]]
@@ -349,15 +379,63 @@ class GrammarRules:
             rejects = self.reject_candidates_for_stack(s, rejects)
         return rejects
 
-    def split(self, stack: Stack, limit: int = 6) -> tuple[Stack, Stack]:
-        """``(below, suffix)``: the suffix holds the top element and the elements of the generated helper rules
-        (groups, repetitions) between it and the nearest user-written rule, which the mask cache treats as one unit.
+    def split(self, stack: Stack, least: int = 3, limit: int = 6) -> tuple[Stack, Stack]:
+        """``(below, suffix)`` for the mask cache, which treats the suffix as one unit keyed on its positions.
+
+        The suffix holds the top ``least`` elements, extended down through the elements of generated helper rules
+        (groups, repetitions) up to ``limit`` elements, so that a rule's loop and its closing element usually sit
+        in the suffix together (a string's characters and its closing quote).
         """
-        i = len(stack) - 1
+        memo = self._split_memo.get(stack)
+        if memo is not None:
+            return memo
+        i = max(len(stack) - least, 0)
         helper, rule_of = self.helper, self.rule_of
         while i > 0 and len(stack) - i < limit and helper[rule_of[stack[i]]]:
             i -= 1
-        return stack[:i], stack[i:]
+        memo = stack[:i], stack[i:]
+        if len(self._split_memo) > 200_000:
+            self._split_memo.clear()
+        self._split_memo[stack] = memo
+        return memo
+
+    def canonical_key(self, suffix: Stack) -> tuple:
+        """A key equal for suffixes of any two grammars whose reachable rules are laid out identically.
+
+        The walk from ``(sentinel, *suffix)`` only sees the rules of the suffix elements and the rules they reach,
+        so its result can be shared between grammars (JSON-schema grammars share ``string``, ``space``...).
+        """
+        key = self._canon_memo.get(suffix)
+        if key is not None:
+            return key
+        canon: dict[int, int] = {}
+        order: list[int] = []
+
+        def cid(r: int) -> int:
+            c = canon.get(r)
+            if c is None:
+                c = canon[r] = len(order)
+                order.append(r)
+            return c
+
+        head = tuple((cid(self.rule_of[p]), p - self.rule_start[self.rule_of[p]]) for p in suffix)
+        bodies = []
+        k = 0
+        while k < len(order):
+            r = order[k]
+            k += 1
+            p = self.rule_start[r]
+            body = []
+            while True:
+                t, v = self.types[p], self.values[p]
+                body.append((t, cid(v) if t == RULE_REF else v))
+                if t == END:
+                    break
+                p += 1
+            bodies.append(tuple(body))
+        key = (head, tuple(bodies))
+        self._canon_memo[suffix] = key
+        return key
 
     def describe(self, stack: Stack) -> list[tuple[int, int]]:
         """The ``(type, value)`` elements of a stack, bottom first."""

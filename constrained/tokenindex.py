@@ -160,6 +160,9 @@ class VocabIndex:
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
         self._partial_tables: OrderedDict[tuple[int, int], TokenTable] = OrderedDict()
+        # per-suffix walks (constrained.mask.LocalInfo) shared by all grammars, keyed on the rules' structure
+        self.shared_local: OrderedDict[tuple, object] = OrderedDict()
+        self.shared_local_size = 1024
         self._lock = threading.Lock()
 
     def decode(self, token: int, value: int, n_remain: int) -> tuple[list[int], int, int]:

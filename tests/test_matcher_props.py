@@ -68,11 +68,19 @@ def _ordered_rejects(cg: CompiledGrammar, stacks, partial) -> set[int]:  # noqa:
 @given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
 def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
     vocab = _vocab(pieces)
-    cg = compile_grammar(reference_parse(GRAMMARS[gi]), vocab)
+    parsed = reference_parse(GRAMMARS[gi])
+    cg = compile_grammar(parsed, vocab)
+    bare, warm = CompiledGrammar(parsed, vocab), CompiledGrammar(parsed, vocab)   # no mask cache
     m = cg.matcher()
     for _ in range(6):
-        mask = m.mask()
         ref = _reference_mask(cg, m.stacks, m.partial_utf8)
+        # allows() by the exact port alone, and helped by the per-suffix caches (no mask built)
+        assert [bare.allows_in(m.stacks, m.partial_utf8, t) for t in range(len(vocab))] == ref.tolist()
+        for s in m.stacks:
+            if s and s[-1] in warm.rules.classes:
+                warm.local(warm.rules.split(s)[1])
+        assert [warm.allows_in(m.stacks, m.partial_utf8, t) for t in range(len(vocab))] == ref.tolist()
+        mask = m.mask()
         assert mask.tolist() == ref.tolist()
         assert [m.allows(t) for t in range(len(vocab))] == ref.tolist()
         rejected = _ordered_rejects(cg, m.stacks, m.partial_utf8)

@@ -1,0 +1,189 @@
+#!/usr/bin/env python
+"""Grammar mask speed: our matcher vs llama.cpp's grammar sampler, teacher-forcing valid JSON documents.
+
+For a few JSON schemas (converted to GBNF by ``constrained.json_schema``), random valid documents are tokenized with
+the vocabulary and fed token by token to our matcher and to ``llama_sampler_init_grammar`` in the same process.
+At every step: the full-vocabulary mask time of each (masks compared for equality), and our ``allows(token)`` time
+for the forced token on a matcher that never builds masks (so no mask cache helps it). Vocabulary preprocessing,
+grammar parse + compile and the optional eager precomputation are timed apart. xgrammar / llguidance are not
+driven (the script says whether they are installed).
+
+    GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_grammar.py --vocab gemma-4 --docs 6
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import string
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import numpy as np  # noqa: E402
+
+SCHEMAS = {
+    "person": {"type": "object", "properties": {
+        "name": {"type": "string"}, "age": {"type": "integer", "minimum": 0},
+        "email": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name", "age"]},
+    "orders": {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "integer"}, "price": {"type": "number"},
+        "status": {"enum": ["new", "paid", "shipped"]}, "note": {"type": ["string", "null"]}},
+        "required": ["id", "price", "status", "note"]}},
+    "catalog": {"type": "object", "properties": {
+        "store": {"type": "string"},
+        "open": {"type": "boolean"},
+        "products": {"type": "array", "items": {"type": "object", "properties": {
+            "sku": {"type": "string"}, "title": {"type": "string"},
+            "dims": {"type": "object", "properties": {"w": {"type": "number"}, "h": {"type": "number"}},
+                     "required": ["w", "h"]},
+            "stock": {"type": "integer"}},
+            "required": ["sku", "title", "dims", "stock"]}}},
+        "required": ["store", "open", "products"]},
+}
+
+WORDS = ["alpha", "Beta", "café", "naïve", "東京", "данные", "résumé", "x", "hello world", "tab\tsep", "quote\"d",
+         "emoji 🙂", "path/to", "50%", "a\\b", "Ünïcödé", "line\nbreak", "ok"]
+
+
+def _text(rng: np.random.Generator) -> str:
+    return " ".join(rng.choice(WORDS, size=int(rng.integers(1, 5))).tolist())
+
+
+def _doc(name: str, rng: np.random.Generator) -> object:
+    if name == "person":
+        d = {"name": _text(rng), "age": int(rng.integers(0, 120))}
+        if rng.random() < 0.7:
+            d["email"] = "".join(rng.choice(list(string.ascii_lowercase), 8)) + "@example.org"
+        if rng.random() < 0.7:
+            d["tags"] = [_text(rng) for _ in range(int(rng.integers(0, 4)))]
+        return d
+    if name == "orders":
+        return [{"id": int(rng.integers(1, 10**6)), "price": round(float(rng.random() * 1000), 2),
+                 "status": str(rng.choice(["new", "paid", "shipped"])),
+                 "note": None if rng.random() < 0.4 else _text(rng)} for _ in range(int(rng.integers(1, 4)))]
+    return {"store": _text(rng), "open": bool(rng.random() < 0.5),
+            "products": [{"sku": f"SKU-{int(rng.integers(1000, 9999))}", "title": _text(rng),
+                          "dims": {"w": round(float(rng.random() * 50), 1), "h": int(rng.integers(1, 90))},
+                          "stock": int(rng.integers(0, 500))} for _ in range(int(rng.integers(1, 4)))]}
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(xs) * 1e3, q)) if xs else float("nan")
+
+
+def main() -> int:  # noqa: C901
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", default="gemma-4")
+    ap.add_argument("--docs", type=int, default=5, help="documents per schema")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--precompute", action="store_true", help="fill the per-position caches at compile time")
+    args = ap.parse_args()
+
+    from constrained.grammar import Grammar
+    from constrained.json_schema import json_schema_to_gbnf
+    from constrained.matcher import CompiledGrammar, compile_grammar
+    from constrained.tokenindex import vocab_index
+    from tests.matcher_support import oracle_vocab
+    from tests.oracle.llama import CGrammar
+
+    for lib in ("xgrammar", "llguidance"):
+        print(f"{lib}: {'installed (not driven by this script)' if importlib.util.find_spec(lib) else 'not installed'}")
+    t = time.perf_counter()
+    vm, vocab = oracle_vocab(args.vocab)
+    t_load = time.perf_counter() - t
+    t = time.perf_counter()
+    vocab_index(vocab)
+    t_index = time.perf_counter() - t
+    print(f"vocabulary {args.vocab}: {len(vocab)} tokens; read through llama.cpp {t_load:.2f} s, "
+          f"matcher preprocessing (decode + index, once per vocabulary) {t_index:.2f} s")
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    all_ours, all_llama, all_allows, all_allows_c = [], [], [], []
+    for name, schema in SCHEMAS.items():
+        gbnf = json_schema_to_gbnf(schema)
+        t = time.perf_counter()
+        grammar = Grammar.from_gbnf(gbnf)
+        t_parse = time.perf_counter() - t
+        t = time.perf_counter()
+        cg = compile_grammar(grammar, vocab)
+        t_compile = time.perf_counter() - t
+        t_pre = float("nan")
+        if args.precompute:
+            t = time.perf_counter()
+            cg.precompute()
+            t_pre = time.perf_counter() - t
+        ours, llama, docs = [], [], []
+        for _ in range(args.docs):
+            text = json.dumps(_doc(name, rng), ensure_ascii=False).encode()
+            probe = cg.matcher()
+            if not (probe.accept_bytes(text) and probe.can_end()):
+                print(f"  ({name}: document rejected by the grammar, skipped: {text[:60]!r})")
+                continue
+            docs.append(vm.tokenize(text, False) + [min(vocab.eog_ids)])
+        for toks in docs:                       # full masks, ours and llama.cpp's, compared at every step
+            m = cg.matcher()
+            with CGrammar(vm, gbnf) as c:
+                for tok in toks:
+                    t0 = time.perf_counter()
+                    mm = m.mask()
+                    t1 = time.perf_counter()
+                    cm = c.mask()
+                    t2 = time.perf_counter()
+                    if not np.array_equal(mm, cm) or not mm[tok]:
+                        print(f"MASK MISMATCH in {name} at token {tok}")
+                        return 1
+                    ours.append(t1 - t0)
+                    llama.append(t2 - t1)
+                    m.accept_token(tok)
+                    c.accept(tok)
+        # allows(token) for the forced token: ours on a grammar that never built a mask (exact stack walk,
+        # no cache), and llama.cpp's one-candidate apply, in a separate pass
+        fresh = CompiledGrammar(grammar.parsed(vocab), vocab)
+        allows, allows_c = [], []
+        for toks in docs:
+            a = fresh.matcher()
+            with CGrammar(vm, gbnf) as c:
+                for tok in toks:
+                    t0 = time.perf_counter()
+                    ok = a.allows(tok)
+                    t1 = time.perf_counter()
+                    okc = c.allows(tok)
+                    t2 = time.perf_counter()
+                    assert ok and okc
+                    allows.append(t1 - t0)
+                    allows_c.append(t2 - t1)
+                    a.accept_token(tok)
+                    c.accept(tok)
+        all_ours += ours
+        all_llama += llama
+        all_allows += allows
+        all_allows_c += allows_c
+        rows.append((name, len(ours), t_parse, t_compile, t_pre, ours, llama, allows, allows_c, len(cg._local)))
+    print(f"\n{'schema':9} {'steps':>5} {'parse':>6} {'compile':>7} {'precomp':>7} | {'ours med':>8} {'p90':>6} "
+          f"{'p99':>6} {'max':>6} | {'llama med':>9} {'p99':>6} | {'ratio of':>8} {'ratio of':>8} | "
+          f"{'allows':>7} {'p99':>6} {'llama':>6}")
+    print(f"{'':9} {'':5} {'ms':>6} {'ms':>7} {'ms':>7} | {'ms':>8} {'ms':>6} {'ms':>6} {'ms':>6} | {'ms':>9} "
+          f"{'ms':>6} | {'medians':>8} {'means':>8} | {'med us':>7} {'us':>6} {'med us':>6}")
+    for name, steps, tp, tc, tpre, o, lla, al, alc, _nloc in rows:
+        print(f"{name:9} {steps:5d} {tp * 1e3:6.1f} {tc * 1e3:7.2f} {tpre * 1e3:7.1f} | {_pct(o, 50):8.3f} "
+              f"{_pct(o, 90):6.2f} {_pct(o, 99):6.2f} {max(o) * 1e3:6.1f} | {_pct(lla, 50):9.2f} {_pct(lla, 99):6.1f} | "
+              f"{_pct(lla, 50) / _pct(o, 50):7.0f}x {np.mean(lla) / np.mean(o):7.1f}x | "
+              f"{_pct(al, 50) * 1e3:7.1f} {_pct(al, 99) * 1e3:6.0f} {_pct(alc, 50) * 1e3:6.1f}")
+    print(f"\nALL {len(all_ours)} steps: full mask ours median {_pct(all_ours, 50):.3f} ms, p90 {_pct(all_ours, 90):.2f} ms,"
+          f" p99 {_pct(all_ours, 99):.2f} ms, max {max(all_ours) * 1e3:.1f} ms (cache fills included); llama.cpp median "
+          f"{_pct(all_llama, 50):.2f} ms, p99 {_pct(all_llama, 99):.2f} ms; ratio of medians "
+          f"{_pct(all_llama, 50) / _pct(all_ours, 50):.0f}x, of means {np.mean(all_llama) / np.mean(all_ours):.1f}x; "
+          f"allows median {_pct(all_allows, 50) * 1e3:.1f} us (llama.cpp {_pct(all_allows_c, 50) * 1e3:.1f} us), "
+          f"p99 {_pct(all_allows, 99) * 1e3:.0f} us")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
