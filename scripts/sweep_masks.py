@@ -32,6 +32,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--masks", type=int, default=100_000, help="stop after this many compared step-masks")
     ap.add_argument("--steps", type=int, default=40, help="steps per walk")
+    ap.add_argument("--big-steps", type=int, default=12, help="steps per walk for vocabularies over 120k tokens")
     ap.add_argument("--vocabs", default=",".join(DEFAULT_VOCABS))
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
@@ -57,7 +58,7 @@ def main() -> int:
         for name, (vm, vocab, grammars) in loaded.items():
             for gname, (text, parsed) in grammars.items():
                 try:
-                    n = parity_walk(vm, vocab, text, parsed, rng, args.steps)
+                    n = parity_walk(vm, vocab, text, parsed, rng, args.big_steps if len(vocab) > 120_000 else args.steps)
                 except AssertionError as e:
                     print(f"MISMATCH {name}/{gname}: {e}", flush=True)
                     return 1
