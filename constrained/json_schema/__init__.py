@@ -8,8 +8,8 @@ Example:
     n-kv ::= "\\"n\\"" space ":" space n
     root ::= "{" space n-kv space "}"
     space ::= | " " | "\\n"{1,2} [ \\t]{0,20}
-    >>> [str(k) for k in json_schema_report({"type": "array", "uniqueItems": True})]
-    ['#: uniqueItems: not supported by llama.cpp\\'s converter']
+    >>> [(k.path, k.keyword) for k in json_schema_report({"type": "array", "uniqueItems": True})]
+    [('#', 'uniqueItems')]
 """
 
 from __future__ import annotations
@@ -184,7 +184,7 @@ def server_json_schema(schema: Any) -> Any:
 def json_mode_gbnf() -> str:
     """The grammar of llama-server's JSON mode (``response_format: {"type": "json_object"}`` without a schema).
 
-    >>> json_mode_gbnf().splitlines()[-2]
-    'root ::= object'
+    >>> [line for line in json_mode_gbnf().splitlines() if line.startswith("root")]
+    ['root ::= object']
     """
     return json_schema_to_gbnf(JSON_OBJECT_SCHEMA)

@@ -10,7 +10,7 @@ Example:
     []
     >>> import random
     >>> sample(read_gbnf('root ::= [a-c]{2} "!"\\n'), random.Random(1))
-    'ab!'
+    'bc!'
 """
 
 from __future__ import annotations

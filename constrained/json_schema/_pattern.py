@@ -12,7 +12,9 @@ Example:
     >>> pattern_to_rule("^[a-z]+(-[0-9]{2})?$", "root", add_rule)
     'root'
     >>> rules["root"]
-    '"\\\\"" ([a-z]+ ("-" [0-9]{2})?) "\\\\""'
+    '"\\\\"" ([a-z]+ ("-" root-1{2,2})?) "\\\\""'
+    >>> rules["root-1"]
+    '[0-9]'
 """
 
 from __future__ import annotations

@@ -50,6 +50,7 @@ class Converter:
     errors: list[Diagnostic] = field(default_factory=list)
     warnings: list[Diagnostic] = field(default_factory=list)
     ignored: list[Diagnostic] = field(default_factory=list)  # allOf members the conversion drops
+    all_of_active: set[int] = field(default_factory=set)
 
     # ---- rule table --------------------------------------------------------------------------------------------
 
@@ -121,6 +122,17 @@ class Converter:
 
     def visit_all_of(self, node: N.Node, name: str, rule_name: str) -> str:
         # as _visit_all_of: object members merge (direct ones required), enum members intersect, the rest is dropped
+        if id(node) in self.all_of_active:
+            # llama.cpp recurses until its stack overflows: allOf members are followed without the $ref guard
+            raise SchemaError(u(f"JSON schema error at {node.path}: allOf refers back to itself through $ref "
+                                "(llama.cpp would recurse forever)"), path=u(node.path))
+        self.all_of_active.add(id(node))
+        try:
+            return self._visit_all_of(node, name, rule_name)
+        finally:
+            self.all_of_active.discard(id(node))
+
+    def _visit_all_of(self, node: N.Node, name: str, rule_name: str) -> str:
         required: set[str] = set()
         properties: list[tuple[str, N.Node]] = []
         enum_counts: dict[str, int] = {}
