@@ -246,9 +246,6 @@ def _scan_token(text: str, pos: int) -> _Fail:
     return _Fail(f"expecting '>' {_at(text, n)}", n)
 
 
-_REPEAT_OPS = {"STAR", "PLUS", "QMARK", "LBRACE"}
-
-
 def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
     """Map a lark error to llama.cpp's message for the same place (``depth``: open parentheses there)."""
     if isinstance(err, UnexpectedToken):
@@ -261,13 +258,11 @@ def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
         kind = None
         expected = set(getattr(err, "allowed", ()) or ())
         c = text[pos]
-        if c in '"[':
+        if (c == '"' and "STRING" in expected) or (c == "[" and "CLASS" in expected):
             return _scan_quoted(text, pos)
-        if c in "<!":
+        if c in "<!" and "TOKEN" in expected:
             return _scan_token(text, pos)
-    if kind in _REPEAT_OPS and kind not in expected:
-        what = "expecting preceding item to */+/?/{"
-    elif "DEFINE" in expected:
+    if "DEFINE" in expected:
         what = "expecting ::="
     elif "INT" in expected and "_RBRACE" not in expected:
         what = "expecting an int"
@@ -304,9 +299,55 @@ class _Context:
 _local = threading.local()
 
 
+class _Repeats:
+    """parse_sequence's bookkeeping for ``handle_repetitions`` (whether the last item left any element, its
+    rule count ``n_prev_rules``, the number of symbols so far), followed token by token so that repetition
+    errors are raised in text order, before any later syntax error, as llama.cpp raises them."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.names: set[str] = set()
+        self.generated = 0
+        self.groups: list[int] = []
+        self.n_prev = 1
+        self.empty = True
+
+    def atom(self, empty: bool) -> None:
+        self.n_prev, self.empty = 1, empty
+
+    def name(self, name: str) -> None:
+        self.names.add(name)
+        self.atom(False)
+
+    def open_group(self) -> None:
+        self.groups.append(len(self.names) + self.generated)
+        self.generated += 1
+
+    def close_group(self) -> None:
+        before = self.groups.pop() if self.groups else 0
+        self.n_prev, self.empty = max(1, len(self.names) + self.generated - before), False
+
+    def repeat(self, min_times: int, max_times: int | None, pos: int) -> None:
+        # as the checks of handle_repetitions (max_times None = no maximum)
+        if self.empty:
+            raise _Fail(f"expecting preceding item to */+/?/{{ {_at(self.text, pos)}", pos)
+        total = max_times if max_times else (min_times if min_times > 0 else 1)
+        if self.n_prev * total > MAX_REPETITION_THRESHOLD:
+            raise _Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
+                        "sane defaults, please reduce the number of repetitions or rule complexity", pos)
+        if max_times is not None and max_times < min_times:
+            # llama.cpp computes max - min in uint64 and creates 2**64 helper rules: it never finishes
+            raise _Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
+                        "(llama.cpp would never finish parsing this grammar)", pos, limit=True)
+        n_opt = 1 if max_times is None else max_times - min_times
+        self.generated += n_opt
+        self.n_prev *= total
+        self.empty = min_times == 0 and n_opt == 0
+
+
 class _PostLex(PostLex):
-    """Drops newlines inside parentheses, bounds nesting, and decodes literals, classes, token references and
-    repetition counts as they are lexed, so that their errors come in text order as in llama.cpp."""
+    """Drops newlines inside parentheses, bounds nesting, decodes literals, classes and token references, and
+    checks repetitions as the tokens come, so that errors are raised in text order as in llama.cpp."""
 
     always_accept = ("_NL",)
 
@@ -314,39 +355,72 @@ class _PostLex(PostLex):
         ctx: _Context = _local.ctx
         text, payload = ctx.text, ctx.payload
         max_depth = ctx.limits.max_nesting
+        reps = _Repeats(text)
         depth = 0
-        prev = ""
-        brace_pos = brace_min = 0
+        brace: list[int | None] = []   # [start offset, min, max...] of the repetition being read
+        in_body = False  # between "::=" and the end of the rule (else the parser reports misplaced items)
         for tok in stream:
             kind = tok.type
+            if not in_body:
+                if kind == "DEFINE":
+                    in_body = True
+                    reps.empty = True
+                elif kind == "NAME":
+                    reps.name(str(tok))
+                yield tok
+                continue
             if kind == "_NL":
                 if depth:
                     continue
+                in_body = False
             elif kind == "STRING":
-                payload[tok.start_pos] = _literal(text, tok.start_pos, tok.end_pos)
+                elements = payload[tok.start_pos] = _literal(text, tok.start_pos, tok.end_pos)
+                reps.atom(not elements)
             elif kind == "CLASS":
-                payload[tok.start_pos] = _char_class(text, tok.start_pos, tok.end_pos)
+                elements = payload[tok.start_pos] = _char_class(text, tok.start_pos, tok.end_pos)
+                reps.atom(not elements)
             elif kind == "TOKEN":
                 payload[tok.start_pos] = self._token(ctx, tok)
+                reps.atom(False)
+            elif kind == "NAME":
+                reps.name(str(tok))
+            elif kind == "DOT":
+                reps.atom(False)
             elif kind == "LPAR":
                 depth = ctx.depth = depth + 1
                 if depth > max_depth:
                     raise _Fail(f"parentheses nested deeper than {max_depth} levels", tok.start_pos, limit=True)
+                reps.open_group()
+                reps.empty = True
             elif kind == "_RPAR":
                 depth = ctx.depth = max(0, depth - 1)
+                reps.close_group()
+            elif kind == "PIPE":
+                reps.empty = True
+            elif kind == "STAR":
+                reps.repeat(0, None, tok.start_pos)
+            elif kind == "PLUS":
+                reps.repeat(1, None, tok.start_pos)
+            elif kind == "QMARK":
+                reps.repeat(0, 1, tok.start_pos)
             elif kind == "LBRACE":
-                brace_pos, brace_min = tok.start_pos, 0
+                brace = [tok.start_pos]
             elif kind == "INT":
                 value = _int_value(tok)
                 if value is None:  # std::stoull throws std::out_of_range
-                    raise _Fail(f"integer out of range (stoull) {_at(text, tok.start_pos)}", tok.start_pos)
-                if prev == "LBRACE":
-                    brace_min = value
+                    raise _Fail(f"stoull: integer out of range {_at(text, tok.start_pos)}", tok.start_pos)
+                brace.append(value)
+            elif kind == "COMMA":
+                brace.append(None)
             elif kind == "_RBRACE":
-                if brace_min > MAX_REPETITION_THRESHOLD:
+                pos, min_times, *rest = brace
+                if min_times > MAX_REPETITION_THRESHOLD:
                     raise _Fail("number of repetitions exceeds sane defaults, please reduce the number of "
-                                "repetitions", brace_pos)
-            prev = kind
+                                "repetitions", pos)
+                max_times = min_times if not rest else rest[-1]
+                if max_times is not None and max_times > MAX_REPETITION_THRESHOLD:
+                    max_times = None  # a maximum above 2000 silently becomes unbounded
+                reps.repeat(min_times, max_times, pos)
             yield tok
 
     @staticmethod
@@ -358,7 +432,9 @@ class _PostLex(PostLex):
         if body[1:2] == "[":
             digits_at = tok.start_pos + (3 if neg else 2)
             value = _int_value(body[2:-2])
-            if value is None or value > _U32_MAX:
+            if value is None:  # std::stoul throws std::out_of_range
+                raise _Fail(f"stoul: token id out of range {_at(ctx.text, digits_at)}", digits_at)
+            if value > _U32_MAX:
                 raise _Fail(f"parsed token id is too big {_at(ctx.text, digits_at)}", digits_at)
             return (_TOKEN_NOT if neg else _TOKEN, value)
         raw = body.encode("latin-1")
@@ -378,11 +454,12 @@ class _PostLex(PostLex):
 
 
 # AST node kinds built by the transformer (plain tuples: cheaper than lark Trees)
-_K_ELEMS, _K_REF, _K_GROUP = 0, 1, 2
+_K_ELEMS, _K_REF, _K_GROUP, _K_BRACE = 0, 1, 2, 3
 
 
 class _ToAst(Transformer):
-    """Inline LALR callbacks: rules → (name, offset, alternates); an item → (kind, offset, payload, repeats)."""
+    """Inline LALR callbacks: rules → (name, offset, alternates); an item → (kind, offset, payload, repeats)
+    with repeats a list of (offset, min, max or None)."""
 
     def start(self, children):  # noqa: ANN001, ANN201
         return children
@@ -395,7 +472,28 @@ class _ToAst(Transformer):
         return children[::2]
 
     def sequence(self, children):  # noqa: ANN001, ANN201
-        return children
+        items: list = []
+        payload = _local.ctx.payload
+        for c in children:
+            if isinstance(c, tuple):
+                if c[0] == _K_GROUP:
+                    items.append((_K_GROUP, c[1], c[2], []))
+                else:
+                    items[-1][3].append(c[1:])  # a repetition: the post-lexer saw an item before it
+                continue
+            kind = c.type
+            pos = c.start_pos
+            if kind == "NAME":
+                items.append((_K_REF, pos, str(c), []))
+            elif kind == "DOT":
+                items.append((_K_ELEMS, pos, ((_ANY, 0),), []))
+            elif kind == "STRING" or kind == "CLASS":
+                items.append((_K_ELEMS, pos, payload[pos], []))
+            elif kind == "TOKEN":
+                items.append((_K_ELEMS, pos, (payload[pos],), []))
+            else:
+                items[-1][3].append((pos, 1 if kind == "PLUS" else 0, 1 if kind == "QMARK" else None))
+        return items
 
     def group(self, children):  # noqa: ANN001, ANN201
         return (_K_GROUP, children[0].start_pos, children[1])
@@ -410,28 +508,7 @@ class _ToAst(Transformer):
             hi = _int_value(children[3])
             if hi is not None and hi > MAX_REPETITION_THRESHOLD:
                 hi = None  # a maximum above 2000 silently becomes unbounded
-        return (children[0].start_pos, lo, hi)
-
-    def item(self, children):  # noqa: ANN001, ANN201
-        atom = children[0]
-        reps = []
-        for r in children[1:]:
-            if isinstance(r, tuple):
-                reps.append(r)
-            else:
-                kind = r.type
-                reps.append((r.start_pos, 0 if kind == "STAR" else 1 if kind == "PLUS" else 0,
-                             1 if kind == "QMARK" else None))
-        if isinstance(atom, tuple):
-            return (_K_GROUP, atom[1], atom[2], reps)
-        kind = atom.type
-        pos = atom.start_pos
-        if kind == "NAME":
-            return (_K_REF, pos, str(atom), reps)
-        if kind == "DOT":
-            return (_K_ELEMS, pos, ((_ANY, 0),), reps)
-        payload = _local.ctx.payload[pos]
-        return (_K_ELEMS, pos, payload if kind != "TOKEN" else (payload,), reps)
+        return (_K_BRACE, children[0].start_pos, lo, hi)
 
 
 _PARSER: Lark | None = None

@@ -27,7 +27,7 @@ from .ir import (
     Element,
     ElementType,
     ParsedGrammar,
-    hidden_left_recursion_index,
+    endless_expansion_index,
     left_recursion_index,
 )
 
@@ -81,8 +81,10 @@ class Grammar:
 
         Raises:
             GrammarSyntaxError: llama.cpp would refuse the grammar (message in llama.cpp's words, with line,
-                column and caret), or would never finish loading it (hidden left recursion).
-            GrammarLimitError: the grammar exceeds ``limits``.
+                column and caret).
+            GrammarLimitError: the grammar exceeds ``limits``, or llama.cpp would never finish with it
+                (``{m,n}`` with m > n; left recursion it misses and expands forever, see
+                :func:`constrained.ir.endless_expansion_index`).
 
         Example:
             >>> Grammar.from_gbnf('root ::= [0-9]{2,4}').symbol_ids["root_2"]
@@ -101,12 +103,12 @@ class Grammar:
             raise error_at(data, layout.definitions.get(bad, 0),
                            f"unsupported grammar, left recursion detected for nonterminal at index {bad} "
                            f"(rule '{names[bad]}')")
-        bad = hidden_left_recursion_index(layout.rules)
+        bad = endless_expansion_index(layout.rules, layout.symbol_ids[root])
         if bad is not None:
             raise error_at(data, layout.definitions.get(bad, 0),
-                           f"unsupported grammar, left recursion through rules that can match the empty string "
-                           f"from nonterminal at index {bad} (rule '{names[bad]}'); llama.cpp does not detect it "
-                           "and expands it forever")
+                           f"unsupported grammar, left recursion through rules that can match the empty string at "
+                           f"nonterminal index {bad} (rule '{names[bad]}'): llama.cpp misses it and then expands "
+                           "it forever", limit=True)
         source = text if isinstance(text, str) else data.decode("utf-8", "surrogateescape")
         grammar = cls(source, root, layout.rules, layout.symbol_ids, layout.token_texts,
                       token_offsets=layout.token_offsets)

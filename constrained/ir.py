@@ -58,17 +58,21 @@ TEXT_TOKEN_NOT = 101
 
 # ---------------------------------------------------------------------------------------------- analyses
 
-def _leftmost_graph(rules: Sequence[Sequence[Element]], may_be_empty: Sequence[bool]) -> list[list[int]]:
+def _leftmost_edges(rules: Sequence[Sequence[Element]],
+                    may_be_empty: Sequence[bool]) -> list[list[tuple[int, bool]]]:
     """For each rule, the rules its alternatives can start with: the leftmost reference, and the next one as
-    long as the previous reference may be empty (the edges llama_grammar_detect_left_recursion follows)."""
-    graph: list[list[int]] = []
+    long as the previous reference may be empty (the edges llama_grammar_detect_left_recursion follows).
+    Each edge carries whether the reference is followed by more elements in its alternative (expanding it
+    then leaves that continuation on the stack)."""
+    graph: list[list[tuple[int, bool]]] = []
     ref, end, alt = int(ElementType.RULE_REF), int(ElementType.END), int(ElementType.ALT)
     for rule in rules:
-        edges: list[int] = []
+        edges: list[tuple[int, bool]] = []
         recurse = True
-        for kind, value in rule:
+        for i, (kind, value) in enumerate(rule):
             if kind == ref and recurse:
-                edges.append(value)
+                nxt = rule[i + 1][0] if i + 1 < len(rule) else end
+                edges.append((value, nxt != end and nxt != alt))
                 if not may_be_empty[value]:
                     recurse = False
             elif kind == end or kind == alt:
@@ -79,15 +83,17 @@ def _leftmost_graph(rules: Sequence[Sequence[Element]], may_be_empty: Sequence[b
     return graph
 
 
-def _first_reaching_cycle(graph: list[list[int]]) -> int | None:
-    """The smallest node from which a cycle is reachable (iterative Tarjan SCC + reverse reachability)."""
+def _components(graph: list[list[int]]) -> tuple[list[int], list[bool]]:
+    """Strongly connected components (iterative Tarjan): component id per node, and whether the node lies on a
+    cycle (a component of two or more nodes, or a self-loop)."""
     n = len(graph)
     index = [-1] * n
     low = [0] * n
+    comp = [-1] * n
     on_stack = [False] * n
     stack: list[int] = []
     cyclic = [False] * n
-    counter = 0
+    counter = n_comp = 0
     for start in range(n):
         if index[start] != -1:
             continue
@@ -111,32 +117,56 @@ def _first_reaching_cycle(graph: list[list[int]]) -> int | None:
                     low[v] = min(low[v], index[w])
             else:
                 if low[v] == index[v]:
-                    component = []
+                    members = []
                     while True:
                         w = stack.pop()
                         on_stack[w] = False
-                        component.append(w)
+                        comp[w] = n_comp
+                        members.append(w)
                         if w == v:
                             break
-                    if len(component) > 1 or v in graph[v]:
-                        for w in component:
+                    n_comp += 1
+                    if len(members) > 1 or v in graph[v]:
+                        for w in members:
                             cyclic[w] = True
                 if work:
                     u = work[-1][0]
                     low[u] = min(low[u], low[v])
-    reverse: list[list[int]] = [[] for _ in range(n)]
+    return comp, cyclic
+
+
+def _reaching(graph: list[list[int]], targets: Sequence[bool]) -> list[bool]:
+    """Which nodes can reach a node marked in ``targets`` (themselves included)."""
+    reverse: list[list[int]] = [[] for _ in graph]
     for v, edges in enumerate(graph):
         for w in edges:
             reverse[w].append(v)
-    reaches = list(cyclic)
-    todo = [v for v in range(n) if cyclic[v]]
+    reaches = list(targets)
+    todo = [v for v, t in enumerate(targets) if t]
     while todo:
         w = todo.pop()
         for v in reverse[w]:
             if not reaches[v]:
                 reaches[v] = True
                 todo.append(v)
-    return next((v for v in range(n) if reaches[v]), None)
+    return reaches
+
+
+def _literally_empty(rules: Sequence[Sequence[Element]]) -> list[bool]:
+    end, alt = int(ElementType.END), int(ElementType.ALT)
+    out = []
+    for rule in rules:
+        at_start, empty = True, False
+        for kind, _ in rule:
+            if kind == end or kind == alt:
+                if at_start:
+                    empty = True
+                    break
+                at_start = True
+            else:
+                at_start = False
+        out.append(empty)
+    return out
 
 
 def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
@@ -151,20 +181,9 @@ def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
         >>> left_recursion_index([[(T.CHAR, 97), (T.ALT, 0), (T.RULE_REF, 0), (T.END, 0)]])
         0
     """
-    end, alt = int(ElementType.END), int(ElementType.ALT)
-    may_be_empty = []
-    for rule in rules:
-        at_start, empty = True, False
-        for kind, _ in rule:
-            if kind == end or kind == alt:
-                if at_start:
-                    empty = True
-                    break
-                at_start = True
-            else:
-                at_start = False
-        may_be_empty.append(empty)
-    return _first_reaching_cycle(_leftmost_graph(rules, may_be_empty))
+    graph = [[w for w, _ in edges] for edges in _leftmost_edges(rules, _literally_empty(rules))]
+    reaches = _reaching(graph, _components(graph)[1])
+    return next((v for v, r in enumerate(reaches) if r), None)
 
 
 def nullable_rules(rules: Sequence[Sequence[Element]]) -> list[bool]:
@@ -189,8 +208,41 @@ def nullable_rules(rules: Sequence[Sequence[Element]]) -> list[bool]:
     return nullable
 
 
-def hidden_left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
-    """Like :func:`left_recursion_index` but with true nullability: finds the left recursion through rules that
-    can match the empty string without a literally empty alternative (``e ::= ()``), which llama.cpp misses
-    and then expands forever in ``llama_grammar_advance_stack``."""
-    return _first_reaching_cycle(_leftmost_graph(rules, nullable_rules(rules)))
+def endless_expansion_index(rules: Sequence[Sequence[Element]], root_id: int) -> int | None:
+    """A rule on which llama.cpp's ``llama_grammar_advance_stack`` would never finish, or None.
+
+    Left recursion that llama.cpp's check misses (through a rule that can match the empty string without a
+    literally empty alternative, e.g. ``e ::= ()``) is expanded by ``advance_stack`` over and over. Where every
+    reference of the cycle ends its alternative the stacks repeat and its seen-set stops the loop (llama.cpp
+    works); where one is followed by more elements each turn leaves one more element on the stack and the
+    expansion never ends. This returns a rule of such a growing cycle that is reachable from ``root_id``.
+
+    Example:
+        >>> T = ElementType   # root ::= e root "x" | "b" ; e ::= () ; e_2 ::= ""
+        >>> rules = [[(T.RULE_REF, 1), (T.RULE_REF, 0), (T.CHAR, 120), (T.ALT, 0), (T.CHAR, 98), (T.END, 0)],
+        ...          [(T.RULE_REF, 2), (T.END, 0)], [(T.END, 0)]]
+        >>> endless_expansion_index(rules, 0)
+        0
+    """
+    edges = _leftmost_edges(rules, nullable_rules(rules))
+    graph = [[w for w, _ in e] for e in edges]
+    comp, cyclic = _components(graph)
+    growing = [False] * len(rules)
+    for v, e in enumerate(edges):
+        for w, grows in e:
+            if grows and cyclic[v] and comp[v] == comp[w]:
+                growing[v] = True
+    if not any(growing):
+        return None
+    ref = int(ElementType.RULE_REF)
+    seen = {root_id}
+    todo = [root_id]
+    while todo:
+        v = todo.pop()
+        if growing[v]:
+            return v
+        for kind, value in rules[v]:
+            if kind == ref and value not in seen:
+                seen.add(value)
+                todo.append(value)
+    return None

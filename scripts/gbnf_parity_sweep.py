@@ -1,0 +1,63 @@
+"""Large accept/refuse sweep of our GBNF parser against llama.cpp's (outside CI).
+
+For N hypothesis-generated grammars and N random byte strings, compares ``Grammar.from_gbnf`` with
+``llama_sampler_init_grammar`` (NULL or not) and llama.cpp's parse error message (prefix of ours), and checks
+that ``str(grammar)`` of every accepted grammar is accepted by llama.cpp too.
+
+Usage: GGML_NO_BACKTRACE=1 .venv/bin/python scripts/gbnf_parity_sweep.py [N]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from constrained.grammar import Grammar  # noqa: E402
+from tests.test_gbnf_parser import _grammars, check_parity, llama_verdict  # noqa: E402
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    from llama_cpp import Llama
+
+    from constrained.vocab import Vocabulary
+    from tests.oracle.llama import vocab_model
+    from tests.oracle.sdist import vocab_gguf
+
+    path = vocab_gguf("llama-spm")
+    oracle = (vocab_model(path), Vocabulary.from_llama(Llama(str(path), vocab_only=True, verbose=False)))
+    counts = {"compared": 0, "accepted": 0, "printed": 0}
+
+    def one(text: str | bytes) -> None:
+        if check_parity(oracle, text):
+            counts["compared"] += 1
+            try:
+                g = Grammar.from_gbnf(text, vocab=oracle[1])
+            except ValueError:
+                return
+            counts["accepted"] += 1
+            ok, message = llama_verdict(oracle[0], str(g).encode("utf-8", "surrogateescape"))
+            assert ok, (text, str(g), message)
+            counts["printed"] += 1
+
+    t = time.time()
+    settings_ = settings(max_examples=n, deadline=None, database=None,
+                         suppress_health_check=list(HealthCheck))
+    given(_grammars())(settings_(lambda text: one(text)))()
+    n_generated = counts["compared"]
+    given(st.binary(max_size=120).map(lambda b: b"root ::= " + b))(settings_(lambda text: one(text)))()
+    print(f"generated grammars: {n_generated} compared; random bytes: {counts['compared'] - n_generated}")
+    print(f"{counts['compared']} grammars compared with llama.cpp (verdict + error message), "
+          f"{counts['accepted']} accepted, {counts['printed']} printed back and accepted by llama.cpp "
+          f"in {time.time() - t:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
