@@ -41,6 +41,15 @@ from .grammar import Grammar
 from .validate import ValidationIssue, validate
 from .vocab import TokenAttr, Vocabulary
 
+@L.llama_log_callback
+def _quiet_log(level, text, user_data):  # noqa: ANN001 - llama.cpp's log goes nowhere unless verbose=True
+    return None
+
+
+def _silence_llama_log() -> None:
+    L.llama_log_set(_quiet_log, ctypes.c_void_p())
+
+
 __all__ = ["Generation", "TokenEvent", "TokenProb", "default_model_path", "generate", "generate_stream",
            "load_default_model", "load_model"]
 
@@ -133,8 +142,11 @@ def load_model(path: str, *, n_ctx: int = 2048, n_threads: int = 1, **kwargs: An
 
     if not os.path.isfile(path):
         raise ConstrainedError(f"model file not found: {path}")
+    if not kwargs.get("verbose", False):
+        _silence_llama_log()
+    kwargs.setdefault("verbose", False)
     try:
-        return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_gpu_layers=0, verbose=False, n_threads=n_threads,
+        return llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_gpu_layers=0, n_threads=n_threads,
                                n_threads_batch=n_threads, **kwargs)
     except (ValueError, RuntimeError) as err:
         raise ConstrainedError(f"llama.cpp could not load the model {path}: {err}") from err
@@ -262,9 +274,9 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | Sequence[int], *, gramma
         probs: tuple[TokenProb, ...] = ()
         prob = None
         if n_probs > 0:
-            raw = token_probs(logits, tok, n_probs)
-            prob = float(raw[0][1]) if raw else None
-            probs = tuple(TokenProb(t, vocab.pieces[t], float(p)) for t, p in raw[1])
+            raw = token_probs(logits, tok, n_probs)   # llama-server's get_token_probabilities, raw logits
+            prob = float(raw.prob)
+            probs = tuple(TokenProb(int(t), vocab.pieces[int(t)], float(p)) for t, p in zip(raw.ids, raw.probs))
         if matcher is not None and not matcher.accept_token(tok):
             raise ConstrainedError(f"internal error: the grammar rejected the sampled token {tok}")
         smpl.accept(tok)

@@ -33,11 +33,14 @@ def test_check_ok(tmp_path: Path) -> None:
 
 def test_check_syntax_error_points_at_it(tmp_path: Path) -> None:
     g = tmp_path / "bad.gbnf"
-    g.write_text('root ::= item+\nitem ::= "a" | [b-\n')
+    g.write_text('root ::= item+\nitem ::= "a" | "\\q"\n')
     r = run("check", str(g))
     assert r.returncode == 2
-    assert "line 2" in r.stderr and "column" in r.stderr
-    assert "^" in r.stderr
+    assert "line 2, column 17" in r.stderr and "escape" in r.stderr
+    lines = r.stderr.splitlines()
+    caret = next(i for i, ln in enumerate(lines) if ln.strip() == "^")
+    assert lines[caret - 1].strip() == 'item ::= "a" | "\\q"'
+    assert lines[caret].index("^") - lines[caret - 1].index("item") == 16
 
 
 def test_check_undefined_rule(tmp_path: Path) -> None:
