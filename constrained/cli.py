@@ -97,7 +97,7 @@ def cmd_grammar(args: argparse.Namespace) -> int:
 
 def _request_body(args: argparse.Namespace) -> dict[str, Any]:
     body: dict[str, Any] = {}
-    for flag, field, _ in SAMPLER_FLAGS:
+    for _flag, field, _ in SAMPLER_FLAGS:
         v = getattr(args, field)
         if v is not None:
             body[field] = [s for s in v.split(";") if s] if field == "samplers" and ";" in v else v

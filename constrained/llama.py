@@ -41,6 +41,7 @@ from .grammar import Grammar
 from .validate import ValidationIssue, validate
 from .vocab import TokenAttr, Vocabulary
 
+
 @L.llama_log_callback
 def _quiet_log(level, text, user_data):  # noqa: ANN001 - llama.cpp's log goes nowhere unless verbose=True
     return None
@@ -276,7 +277,7 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | Sequence[int], *, gramma
         if n_probs > 0:
             raw = token_probs(logits, tok, n_probs)   # llama-server's get_token_probabilities, raw logits
             prob = float(raw.prob)
-            probs = tuple(TokenProb(int(t), vocab.pieces[int(t)], float(p)) for t, p in zip(raw.ids, raw.probs))
+            probs = tuple(TokenProb(int(t), vocab.pieces[int(t)], float(p)) for t, p in zip(raw.ids, raw.probs, strict=True))
         if matcher is not None and not matcher.accept_token(tok):
             raise ConstrainedError(f"internal error: the grammar rejected the sampled token {tok}")
         smpl.accept(tok)

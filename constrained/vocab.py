@@ -117,7 +117,7 @@ class Vocabulary:
         if self._special_index is None:
             idx: dict[bytes, int] = {}
             if self.attrs is not None:
-                for i, (p, a) in enumerate(zip(self.pieces, self.attrs)):
+                for i, (p, a) in enumerate(zip(self.pieces, self.attrs, strict=True)):
                     if a & _SPECIAL_ATTRS:
                         idx.setdefault(p, i)
             self._special_index = idx

@@ -44,11 +44,13 @@ def llm(default_model_path):
 
 
 def _run(llm, schema, prompt, params, totals) -> None:
-    from constrained.grammar import Grammar
-    from constrained.llama import Generation, generate_stream
-    from tests.oracle.server import GRAMMAR_OUTPUT_FORMAT, EmulatedServerSampler, ServerSampler, vocab_model_of
-
-    from constrained.llama import _resolve_grammar
+    from constrained.llama import Generation, _resolve_grammar, generate_stream
+    from tests.oracle.server import (
+        GRAMMAR_OUTPUT_FORMAT,
+        EmulatedServerSampler,
+        ServerSampler,
+        vocab_model_of,
+    )
 
     gbnf = str(_resolve_grammar(None, schema, False).source)
     model = llm._model.model

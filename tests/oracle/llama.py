@@ -65,7 +65,7 @@ class VocabModel:
             cap = -k
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def vocab_model(path: str | Path) -> VocabModel:
     """Load (once per path, kept for the whole process) a GGUF with ``vocab_only = True``."""
     mp = L.llama_model_default_params()

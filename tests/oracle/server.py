@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tests.oracle.cxx import build_shim
-from tests.oracle.llama import L, TOKEN_DATA, Candidates, CGrammar, VocabModel
+from tests.oracle.llama import TOKEN_DATA, Candidates, CGrammar, L, VocabModel
 
 SRC = Path(__file__).resolve().parent / "server_shim.cpp"
 GRAMMAR_USER, GRAMMAR_OUTPUT_FORMAT, GRAMMAR_TOOL_CALLS = 1, 2, 3
