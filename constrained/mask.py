@@ -17,7 +17,8 @@ Example:
     >>> from constrained.stacks import GrammarRules
     >>> from constrained.tokenindex import vocab_index
     >>> g = GrammarRules(ParsedGrammar((((T.CHAR, 97), (T.CHAR, 98), (T.END, 0)),), {"root": 0}, 0))
-    >>> walk(g, vocab_index(Vocabulary([b"a", b"ab", b"b"])).table, g.initial_stacks()).tolist()
+    >>> t = vocab_index(Vocabulary([b"a", b"ab", b"b"])).table
+    >>> by_id(t, walk(g, t, g.initial_stacks())).tolist()
     [True, True, False]
 """
 
@@ -78,16 +79,18 @@ def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
                 parts.append(order0[at:a])
             at = max(at, b)
         parts.append(order0[at:])
+    parts = [q for q in parts if len(q)]
     if not parts:
         return np.empty(0, dtype=np.int64)
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
-
-
-def _merge(parts: list[np.ndarray], n: int) -> np.ndarray:
     if len(parts) == 1:
-        return parts[0]
+        return np.sort(parts[0]) if len(parts[0]) < 4096 else _ascending([parts[0]], t.n)
+    return _ascending(parts, t.n)
+
+
+def _ascending(parts: list[np.ndarray], n: int) -> np.ndarray:
+    """The union of index arrays, sorted (rows in ascending order are in non-increasing length order)."""
     total = sum(len(a) for a in parts)
-    if total * 8 > n:
+    if total * 16 > n:
         m = np.zeros(n, dtype=bool)
         for a in parts:
             m[a] = True
@@ -99,7 +102,8 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
     """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``).
 
     With ``pops`` given, a stack reduced to the sentinel ``(g.bottom,)`` is not looked into: the rows that reach it
-    and their depth are appended to ``pops`` as ``(rows, depth)`` (rows already accepted are left out).
+    and their depth are appended to ``pops`` as ``(rows, depth)``. Rows are positions in ``t`` (see
+    :func:`by_id`).
     """
     n = t.n
     acc = np.zeros(n, dtype=bool)
@@ -108,30 +112,30 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
         frontier.setdefault(s, []).append(_ALL)
     types, values = g.types, g.values
     bottom = g.bottom
+    longer = t.longer
     depth = 0
     while frontier:
         nxt: dict[Stack, list] = {}
-        prep: dict[int, tuple] = {}    # per row set shared by several stacks: the split and gathers, done once
+        prep: dict[int, list] = {}     # per row set shared by several stacks: the split and gathers, done once
         keep: list = []                # keeps the keyed arrays alive while their ids are in use
         for stack, parts in frontier.items():
             if any(p is _ALL for p in parts):
                 rows = _ALL
             else:
-                rows = parts[0] if len(parts) == 1 else _merge(parts, n)
+                rows = parts[0] if len(parts) == 1 else _ascending(parts, n)
             if stack and stack[-1] == bottom:
                 if pops is not None:
-                    pops.append((np.arange(n) if rows is _ALL else rows[~acc[rows]], depth))
+                    pops.append((np.arange(n) if rows is _ALL else rows, depth))
                 continue
             key = -1 if rows is _ALL else id(rows)
             pr = prep.get(key)
             if pr is None:
                 if rows is _ALL:
-                    ended, cont = t.zero_rows, _ALL
-                else:
-                    rows = rows[~acc[rows]]
-                    lens = t.length[rows]
-                    ended = rows[lens == depth]
-                    cont = rows[lens > depth]
+                    k = int(longer[0])
+                    ended, cont = np.arange(k, n), _ALL
+                else:   # rows ascending = lengths non-increasing, all >= depth: the ended ones are a tail
+                    k = int(np.searchsorted(rows, longer[depth])) if depth < len(longer) else len(rows)
+                    ended, cont = rows[k:], rows[:k]
                 pr = [ended, t.rem[ended], t.val[ended], cont, None]
                 if len(parts) == 1:
                     prep[key] = pr
@@ -149,15 +153,17 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             top = stack[-1]
             ty = types[top]
             if ty == TOKEN or ty == TOKEN + 1:       # TOKEN / TOKEN_NOT: decided by id
-                rows = np.flatnonzero(t.length > 0) if cont is _ALL else cont
+                rows = np.arange(int(longer[0])) if cont is _ALL else cont
                 ids = t.ids[rows]
                 acc[rows[(ids == values[top]) if ty == TOKEN else (ids != values[top])]] = True
                 continue
             if cont is _ALL:
                 matched = _first_rows(g, top, t)
             else:
+                if not len(cont):
+                    continue
                 if cps is None:
-                    cps = pr[4] = t.flat[t.start[cont] + depth]
+                    cps = pr[4] = t.col(depth)[cont]
                 matched = cont[_class_match(g, top, cps)]
             if not len(matched):
                 continue
@@ -172,10 +178,10 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
 class LocalInfo:
     """What the stack ``(…, p)`` accepts whatever lies below ``p`` (see the module docstring)."""
 
-    bits: np.ndarray              # packed bool over table rows (np.packbits): accepted for sure
-    unc_rows: np.ndarray          # rows that pop into the rest of the stack (one entry per (row, depth))
-    keys: TokenTable | None       # their remainders (code points from the pop on, final partial state), same order
-    unc_bits: np.ndarray          # packed bool over table rows: the rows in ``unc_rows``
+    bits: np.ndarray              # packed bool over token ids (np.packbits): accepted for sure
+    unc_ids: np.ndarray           # token ids that pop into the rest of the stack, one per row of ``keys``
+    keys: TokenTable | None       # their remainders (code points from the pop on, final partial state)
+    unc_bits: np.ndarray          # packed bool over token ids: the ids in ``unc_ids``
 
 
 def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
@@ -203,6 +209,14 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
         unc_rows, depths = unc_rows[keep], depths[keep]
         if len(unc_rows):
             keys = t.shifted(unc_rows, depths)
+            unc_rows = unc_rows[keys.perm]
     unc = np.zeros(t.n, dtype=bool)
     unc[unc_rows] = True
-    return LocalInfo(np.packbits(acc), unc_rows, keys, np.packbits(unc))
+    return LocalInfo(np.packbits(by_id(t, acc)), t.ids[unc_rows], keys, np.packbits(by_id(t, unc)))
+
+
+def by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
+    """A bool array over the table's rows as one over token ids (the vocabulary table holds every id)."""
+    out = np.zeros(t.n, dtype=bool)
+    out[t.ids] = acc
+    return out

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .ir import ParsedGrammar
-from .mask import LocalInfo, local_info, walk
+from .mask import LocalInfo, by_id, local_info, walk
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
 from .tokenindex import apply_view, decode_utf8, vocab_index
 from .vocab import Vocabulary
@@ -104,12 +104,14 @@ class CompiledGrammar:
     def _token_bits(self, p: int) -> np.ndarray:
         m = self._token_top.get(p)
         if m is None:
-            m = self._token_top[p] = np.packbits(walk(self.rules, self.index.table, ((p,),)))
+            t = self.index.table
+            m = self._token_top[p] = np.packbits(by_id(t, walk(self.rules, t, ((p,),))))
         return m
 
     def _empty_bits(self) -> np.ndarray:
         if self._empty is None:
-            self._empty = np.packbits(walk(self.rules, self.index.table, ((),)))
+            t = self.index.table
+            self._empty = np.packbits(by_id(t, walk(self.rules, t, ((),))))
         return self._empty
 
     def precompute(self) -> int:
@@ -158,7 +160,7 @@ class CompiledGrammar:
                 li = self.local(suffix)
                 bits |= li.bits
                 if li.keys is not None:
-                    unc.append(li.unc_rows[self._uncertain(suffix, below, li)])
+                    unc.append(li.unc_ids[self._uncertain(suffix, below, li)])
             m = np.unpackbits(bits, count=n).view(bool)
             for rows in unc:
                 m[rows] = True

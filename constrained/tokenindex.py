@@ -7,8 +7,8 @@ mask walk in :mod:`constrained.mask` consumes. The index is shared by every gram
 Example:
     >>> from constrained.vocab import Vocabulary
     >>> idx = vocab_index(Vocabulary([b"a", b"\\xc3", b"\\xa9x", b""], eog_ids=[3]))
-    >>> idx.table.length.tolist(), idx.table.rem.tolist()
-    ([1, 0, 0, 0], [0, 1, -1, -1])
+    >>> idx.table.ids.tolist(), idx.table.length.tolist(), idx.table.rem.tolist()
+    ([0, 1, 2, 3], [1, 0, 0, 0], [0, 1, -1, -1])
 """
 
 from __future__ import annotations
@@ -88,20 +88,48 @@ class TokenTable:
 
     ids: np.ndarray      # int64 [n]
     start: np.ndarray    # int64 [n]
-    length: np.ndarray   # int64 [n]
+    length: np.ndarray   # int64 [n], non-increasing: rows are sorted by length, longest first
     flat: np.ndarray     # int64 [total]
     rem: np.ndarray      # int64 [n]
     val: np.ndarray      # int64 [n]
-    order0: np.ndarray | None = None    # rows with length > 0 sorted by first code point
-    cp0: np.ndarray | None = None       # first code points in that order
-    zero_rows: np.ndarray | None = None  # rows with length 0
+    order0: np.ndarray = None    # rows with length > 0 sorted by first code point (then by row)
+    cp0: np.ndarray = None       # first code points in that order
+    longer: np.ndarray = None    # longer[d] = number of rows with length > d (= first row with length <= d)
 
     @property
     def n(self) -> int:
         return len(self.ids)
 
+    def col(self, d: int) -> np.ndarray:
+        """The code point at depth ``d`` of rows ``0 .. longer[d]-1`` (built once per depth, int32)."""
+        cols = self.__dict__.setdefault("_cols", {})
+        c = cols.get(d)
+        if c is None:
+            k = int(self.longer[d])
+            c = cols[d] = self.flat[self.start[:k] + d].astype(np.int32)
+        return c
+
+    def _finish(self) -> TokenTable:
+        length = self.length
+        o = np.argsort(-length, kind="stable")
+        if not np.array_equal(o, np.arange(len(o))):
+            self.ids, self.start, self.length = self.ids[o], self.start[o], length[o]
+            self.rem, self.val = self.rem[o], self.val[o]
+            self.perm = o
+        else:
+            self.perm = None
+        length = self.length
+        nz = np.flatnonzero(length > 0)
+        first = self.flat[self.start[nz]]
+        o0 = np.argsort(first, kind="stable")
+        self.order0, self.cp0 = nz[o0], first[o0]
+        top = int(length[0]) if len(length) else 0
+        self.longer = np.searchsorted(-length, -np.arange(top + 2), side="left")
+        return self
+
     @classmethod
-    def build(cls, ids: list[int], decoded: list[tuple[list[int], int, int]], *, sorted_index: bool) -> TokenTable:
+    def build(cls, ids: list[int], decoded: list[tuple[list[int], int, int]]) -> TokenTable:
+        """A table of ``decoded`` ``(code_points, value, n_remain)`` for token ``ids`` (reordered by length)."""
         n = len(ids)
         length = np.fromiter((len(d[0]) for d in decoded), dtype=np.int64, count=n)
         start = np.zeros(n, dtype=np.int64)
@@ -111,26 +139,17 @@ class TokenTable:
         flat = np.fromiter((c for d in decoded for c in d[0]), dtype=np.int64, count=total)
         rem = np.fromiter((d[2] for d in decoded), dtype=np.int64, count=n)
         val = np.fromiter((d[1] if d[2] > 0 else 0 for d in decoded), dtype=np.int64, count=n)
-        t = cls(np.asarray(ids, dtype=np.int64), start, length, flat, rem, val)
-        if sorted_index:
-            nz = np.flatnonzero(length > 0)
-            first = flat[start[nz]]
-            o = np.argsort(first, kind="stable")
-            t.order0 = nz[o]
-            t.cp0 = first[o]
-            t.zero_rows = np.flatnonzero(length == 0)
-        return t
-
+        return cls(np.asarray(ids, dtype=np.int64), start, length, flat, rem, val)._finish()
 
     def shifted(self, rows: np.ndarray, depths: np.ndarray) -> TokenTable:
-        """The candidates ``rows`` with their first ``depths`` code points dropped (sharing ``flat``)."""
-        start = self.start[rows] + depths
-        length = self.length[rows] - depths
-        t = TokenTable(self.ids[rows], start, length, self.flat, self.rem[rows], self.val[rows])
-        nz = np.flatnonzero(length > 0)
-        first = self.flat[start[nz]]
-        o = np.argsort(first, kind="stable")
-        t.order0, t.cp0, t.zero_rows = nz[o], first[o], np.flatnonzero(length == 0)
+        """The candidates ``rows`` with their first ``depths`` code points dropped (sharing ``flat``).
+
+        The result's rows are reordered by length; its ``perm`` maps them back to positions in ``rows``.
+        """
+        t = TokenTable(self.ids[rows], self.start[rows] + depths, self.length[rows] - depths, self.flat,
+                       self.rem[rows], self.val[rows])._finish()
+        if t.perm is None:
+            t.perm = np.arange(len(rows))
         return t
 
 
@@ -155,7 +174,7 @@ class VocabIndex:
                 decoded.append(([], 0, -1))     # never accepted by a stack; handled apart
             else:
                 decoded.append((apply_view(d[0]), d[1], d[2]))
-        self.table = TokenTable.build(list(range(n)), decoded, sorted_index=True)
+        self.table = TokenTable.build(list(range(n)), decoded)
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
@@ -180,7 +199,7 @@ class VocabIndex:
                 self._partial_tables.move_to_end(key)
                 return t
         dec = [decode_utf8(self.pieces[i], value, n_remain) for i in self.cont_ids]
-        t = TokenTable.build(self.cont_ids, [(apply_view(c), v, r) for c, v, r in dec], sorted_index=True)
+        t = TokenTable.build(self.cont_ids, [(apply_view(c), v, r) for c, v, r in dec])
         with self._lock:
             self._partial_tables[key] = t
             if len(self._partial_tables) > 256:
