@@ -65,8 +65,10 @@ def main() -> int:
                 total += n
                 walks += 1
                 per_vocab[name] += n
-        print(f"{total} step-masks compared in {walks} walks, {time.time() - t0:.0f} s; per vocabulary {per_vocab}",
-              flush=True)
+            print(f"{total} step-masks compared in {walks} walks, {time.time() - t0:.0f} s; per vocabulary "
+                  f"{per_vocab}", flush=True)
+            if total >= args.masks:
+                break
     print(f"DONE: {total} step-masks compared, all equal ({walks} walks, {len(loaded)} vocabularies)")
     return 0
 
