@@ -283,47 +283,63 @@ def _partition_one(codes: np.ndarray, s: int, e: int) -> tuple[int, int, int, in
     return s + cut, prank, lidx.size, ridx.size
 
 
-def _partition_many(codes: np.ndarray, s: np.ndarray, e: np.ndarray):
-    """``__unguarded_partition_pivot`` on every segment ``[s, e)`` at once; returns the same four as arrays."""
-    _median_to_first(codes, s, e)
-    m = s.size
-    lens = e - s
-    offs = np.cumsum(lens) - lens
-    total = int(offs[-1] + lens[-1])
-    if m == 1 or np.array_equal(e[:-1], s[1:]):  # adjacent segments: one contiguous run
-        pos = np.arange(int(s[0]), int(s[0]) + total, dtype=np.int64)
-    else:  # positions advance by one inside a segment and jump between segments
-        step = np.ones(total, dtype=np.int64)
-        step[0] = s[0]
-        step[offs[1:]] = s[1:] - e[:-1] + 1
-        pos = np.cumsum(step)
-    vals = codes[pos]
-    prank = codes[s] >> 32
-    p0pos = np.repeat(prank << 32, lens)  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
-    lmask = vals >= p0pos
-    lmask[offs] = False  # the left scan starts after the pivot
-    rmask = vals < p0pos + _ONE_HI
+def _partition_all(act: np.ndarray, off: np.ndarray, ln: np.ndarray):
+    """``__unguarded_partition_pivot`` on every segment ``[off, off + ln)`` of ``act`` at once.  The segments must
+    tile ``act`` exactly, in order, each longer than 16.  Returns (cuts, pivot ranks, #left, #right stoppers).
+
+    Left stoppers are gathered in one ascending list; segment ``s``'s ``j``-th one pairs with the right stopper at
+    index ``K[s] - t`` of the ascending right-stopper list (``t`` its global index, ``K = startR + cntR + startL - 1``).
+    An index below the segment's own right stoppers names one of an earlier segment (or, clipped at 0, the first
+    segment's pivot), whose position is smaller, so ``L < R`` fails there exactly as "no partner" should.
+    """
+    _median_to_first(act, off, off + ln)
+    prank = act[off] >> 32
+    p0 = np.repeat(prank << 32, ln)  # codes >= p0: not comp(x, pivot); codes < p0 + 2**32: not comp(pivot, x)
+    lmask = act >= p0
+    lmask[off] = False  # the left scan starts after the pivot
+    p0 += _ONE_HI
+    rmask = act < p0
     lidx = np.flatnonzero(lmask)
     ridx = np.flatnonzero(rmask)
-    cnt_l = np.add.reduceat(lmask, offs, dtype=np.int64)
-    cnt_r = np.add.reduceat(rmask, offs, dtype=np.int64)
-    start_l = np.cumsum(cnt_l) - cnt_l
-    start_r = np.cumsum(cnt_r) - cnt_r
-    seg_l = np.repeat(np.arange(m), cnt_l)
-    j = np.arange(lidx.size) - start_l[seg_l]
-    valid = j < cnt_r[seg_l]
-    rj_at = np.where(valid, (start_r + cnt_r - 1)[seg_l] - j, 0)
-    rj = ridx[rj_at]
-    swap = valid & (lidx < rj)
-    nswap = np.add.reduceat(swap, start_l, dtype=np.int64)
+    start_l = np.searchsorted(lidx, off)
+    start_r = np.searchsorted(ridx, off)
+    cnt_l = np.diff(start_l, append=lidx.size)
+    cnt_r = np.diff(start_r, append=ridx.size)
+    at = np.repeat(start_r + cnt_r + start_l - 1, cnt_l) - np.arange(lidx.size)
+    np.maximum(at, 0, out=at)
+    rj = ridx[at]
+    swap = lidx < rj
+    nswap = np.add.reduceat(swap, start_l, dtype=np.int64)  # swaps are a prefix of each segment's pairs
     li = lidx[swap]
     ri = rj[swap]
     if li.size:
-        codes[pos[li]] = vals[ri]
-        codes[pos[ri]] = vals[li]
+        tmp = act[li]
+        act[li] = act[ri]
+        act[ri] = tmp
+    total = act.size
     cut_l = np.where(nswap < cnt_l, lidx[start_l + np.minimum(nswap, cnt_l - 1)], total)
     cut_r = np.where(nswap > 0, ridx[start_r + cnt_r - np.maximum(nswap, 1)], total)
-    cut = np.minimum(cut_l, cut_r)
+    return np.minimum(cut_l, cut_r), prank, cnt_l, cnt_r
+
+
+def _partition_many(codes: np.ndarray, s: np.ndarray, e: np.ndarray):
+    """``__unguarded_partition_pivot`` on every segment ``[s, e)`` (sorted, disjoint, all of size > 16) at once:
+    the segments are gathered into one tiled array for :func:`_partition_all` and written back."""
+    lens = e - s
+    offs = np.cumsum(lens) - lens
+    total = int(offs[-1] + lens[-1])
+    if s.size == 1 or np.array_equal(e[:-1], s[1:]):  # adjacent segments: one contiguous run
+        a = int(s[0])
+        act = codes[a: a + total]  # a view: partitioned in place
+        cut, prank, cnt_l, cnt_r = _partition_all(act, offs, lens)
+        return cut + a, prank, cnt_l, cnt_r
+    step = np.ones(total, dtype=np.int64)  # positions advance by one inside a segment and jump between segments
+    step[0] = s[0]
+    step[offs[1:]] = s[1:] - e[:-1] + 1
+    pos = np.cumsum(step)
+    act = codes[pos]
+    cut, prank, cnt_l, cnt_r = _partition_all(act, offs, lens)
+    codes[pos] = act
     return s + (cut - offs), prank, cnt_l, cnt_r
 
 
@@ -391,7 +407,7 @@ def _apply_equal(codes: np.ndarray, s: np.ndarray, e: np.ndarray, d: np.ndarray)
         codes[sel[:, None] + np.arange(p.size)[None, :]] = codes[idx]
 
 
-_BIG = 4096  # segments at least this long are partitioned one at a time (cheaper than the batched bookkeeping)
+_BIG = 2048  # segments at least this long are partitioned one at a time (cheaper than the batched bookkeeping)
 _INF = np.iinfo(np.int64).max
 
 
