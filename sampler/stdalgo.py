@@ -521,16 +521,16 @@ def sort_perm(keys: np.ndarray, descending: bool = True) -> np.ndarray:
     """
     codes = codes_for(keys, descending)
     n = codes.size
-    if n > 1:
-        hi = (codes >> 32).astype(np.int32)  # ranks fit in 32 bits; sorting int32 is cheaper
-        srt = np.sort(hi)
-        eq = srt[1:] == srt[:-1]
-        if not eq.any():  # distinct keys: one order only
-            return np.argsort(hi).astype(np.int64)
-        _introsort(codes, [0], [n], dups=np.unique(srt[1:][eq]).astype(np.int64))
-        # as std::__final_insertion_sort
-        codes = codes[np.argsort((codes >> 32).astype(np.int32), kind="stable")]
-    return codes & _LOW
+    if n <= 1:
+        return codes & _LOW
+    hi = (codes >> 32).astype(np.int32)  # ranks fit in 32 bits; sorting int32 is cheaper
+    srt = np.sort(hi)
+    eq = srt[1:] == srt[:-1]
+    if not eq.any():  # distinct keys: one order only
+        return np.sort(codes) & _LOW
+    _introsort(codes, [0], [n], dups=np.unique(srt[1:][eq]).astype(np.int64))
+    # as std::__final_insertion_sort: a stable sort by key of the arrangement introsort left
+    return codes[np.argsort((codes >> 32).astype(np.int32), kind="stable")] & _LOW
 
 
 def sort_prefix_perm(keys: np.ndarray, m: int, descending: bool = True) -> np.ndarray:
