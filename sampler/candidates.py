@@ -24,49 +24,89 @@ _BUCKET_INTER = _F32(64.0)  # -(-10) * scale
 
 
 class Candidates:
-    """ids/logits/p arrays plus ``sorted`` and ``selected``, as ``llama_token_data_array``."""
+    """ids/logits/p arrays plus ``sorted`` and ``selected``, as ``llama_token_data_array``.
 
-    __slots__ = ("ids", "logits", "p", "sorted", "selected")
+    ``ids`` and ``p`` are created lazily (ids in id order, p = 0) and ``logits`` may share the caller's array until
+    a sampler writes into it (:meth:`own`), so that a chain which truncates first never touches the whole vocabulary
+    more than it must.
+    """
 
-    def __init__(self, ids: np.ndarray, logits: np.ndarray, p: np.ndarray, sorted: bool = False,
-                 selected: int = -1) -> None:
-        self.ids = ids
+    __slots__ = ("_ids", "logits", "_p", "sorted", "selected", "_owned")
+
+    def __init__(self, ids: np.ndarray | None, logits: np.ndarray, p: np.ndarray | None, sorted: bool = False,
+                 selected: int = -1, owned: bool = True) -> None:
+        self._ids = ids
         self.logits = logits
-        self.p = p
+        self._p = p
         self.sorted = sorted
         self.selected = selected
+        self._owned = owned
 
     @classmethod
-    def from_logits(cls, logits: np.ndarray) -> Candidates:
+    def from_logits(cls, logits: np.ndarray, copy: bool = True) -> Candidates:
         """``{id, logit, 0}`` in id order, unsorted, nothing selected (as common_sampler's set_logits)."""
-        n = len(logits)
-        return cls(np.arange(n, dtype=np.int32), np.array(logits, dtype=np.float32, copy=True),
-                   np.zeros(n, np.float32))
+        lg = np.array(logits, dtype=np.float32, copy=True) if copy else np.asarray(logits, dtype=np.float32)
+        return cls(None, lg, None, owned=copy)
+
+    @property
+    def ids(self) -> np.ndarray:
+        if self._ids is None:
+            self._ids = np.arange(len(self.logits), dtype=np.int32)
+        return self._ids
+
+    @ids.setter
+    def ids(self, v: np.ndarray) -> None:
+        self._ids = v
+
+    @property
+    def p(self) -> np.ndarray:
+        if self._p is None:
+            self._p = np.zeros(len(self.logits), np.float32)
+        return self._p
+
+    @p.setter
+    def p(self, v: np.ndarray) -> None:
+        self._p = v
+
+    @property
+    def identity(self) -> bool:
+        """Whether the ids are still 0..size-1 in order (nothing has reordered or cut the array)."""
+        return self._ids is None
 
     @property
     def size(self) -> int:
-        return len(self.ids)
+        return len(self.logits)
+
+    def own(self) -> np.ndarray:
+        """Make ``logits`` a private array (before writing into it) and return it."""
+        if not self._owned:
+            self.logits = self.logits.copy()
+            self._owned = True
+        return self.logits
 
     def copy(self) -> Candidates:
         return Candidates(self.ids.copy(), self.logits.copy(), self.p.copy(), self.sorted, self.selected)
 
     def take(self, order: np.ndarray) -> None:
         """Keep the elements at ``order`` (indices into the current array), in that order."""
-        self.ids = self.ids[order]
+        self._ids = order.astype(np.int32) if self._ids is None else self._ids[order]
         self.logits = self.logits[order]
-        self.p = self.p[order]
+        self._p = None if self._p is None else self._p[order]
+        self._owned = True
 
     def truncate(self, n: int) -> None:
         """``cur_p->size = n``."""
-        self.ids = self.ids[:n]
+        if n == len(self.logits):
+            return
+        self._ids = self.ids[:n]
         self.logits = self.logits[:n]
-        self.p = self.p[:n]
+        self._p = None if self._p is None else self._p[:n]
 
     def advance(self, n: int) -> None:
         """``cur_p->data += n; cur_p->size -= n`` (XTC)."""
-        self.ids = self.ids[n:]
+        self._ids = self.ids[n:]
         self.logits = self.logits[n:]
-        self.p = self.p[n:]
+        self._p = None if self._p is None else self._p[n:]
 
     # as llama_token_data_array_partial_sort_inplace
     def partial_sort_inplace(self, npartial: int) -> None:
@@ -83,36 +123,67 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     """The first ``k`` indices of ``std::partial_sort(first, first+k, last, greater)`` over ``keys``.
 
     Without ties among the leaders the answer is just the top ``k`` by value (found with one threshold pass);
-    otherwise libstdc++'s heap selection decides, via :func:`sampler.stdalgo.partial_sort_perm`.
+    otherwise libstdc++'s heap selection decides, run by :func:`sampler.stdalgo.partial_sort_perm` on the elements
+    that can take part in it (see :func:`heap_participants`).
     """
-    n = len(keys)
     if k <= 0:
         return np.empty(0, np.intp)
-    if n > 4096 and k <= 256:
-        fast = _distinct_top(keys, k)
-        if fast is not None:
-            return fast
-    return np.asarray(stdalgo.partial_sort_perm(keys, k, descending=True))[:k]
-
-
-def _distinct_top(keys: np.ndarray, k: int) -> np.ndarray | None:
-    """Top-k indices in descending order when the k+1 largest values are all distinct, else None."""
-    n = len(keys)
-    stride = max(1, n // 2048)
-    sample = keys[::stride]
-    r = min(len(sample), (3 * k) // stride + 2)
-    t = np.partition(sample, len(sample) - r)[len(sample) - r]
-    idx = np.flatnonzero(keys >= t)
-    if len(idx) < k or len(idx) > 16 * k + 64:
-        return None
-    vals = keys[idx]
-    order = np.argsort(vals, kind="stable")[::-1]
+    sub = heap_participants(keys, k)
+    vals = keys if sub is None else keys[sub]
+    m = len(vals)
+    if m > k + 1:
+        lead = np.argpartition(vals, m - (k + 1))[m - (k + 1):]
+    else:
+        lead = np.arange(m)
+    order = lead[np.argsort(vals[lead], kind="stable")[::-1]]
     top = vals[order[: k + 1]]
-    if not np.all(top[:-1] > top[1:]):
+    if np.all(top[:-1] > top[1:]):
+        # no ties among the leaders (nor at the cut): the heap selection can only give them in value order
+        chosen = order[:k]
+    else:
+        chosen = np.asarray(stdalgo.partial_sort_perm(vals, k, descending=True))[:k]
+    return chosen if sub is None else sub[chosen]
+
+
+def partial_sort_full(keys: np.ndarray, k: int) -> np.ndarray:
+    """The whole permutation ``std::partial_sort(first, first+k, last, greater)`` leaves (leftovers included)."""
+    n = len(keys)
+    sub = heap_participants(keys, k) if 0 < k < n else None
+    if sub is None:
+        return np.asarray(stdalgo.partial_sort_perm(keys, k, descending=True))
+    perm = np.arange(n)
+    perm[sub] = sub[np.asarray(stdalgo.partial_sort_perm(keys[sub], k, descending=True))]
+    return perm
+
+
+def heap_participants(keys: np.ndarray, k: int) -> np.ndarray | None:
+    """Indices (in order) of every element that can enter libstdc++'s heap selection for the top ``k``.
+
+    ``__heap_select`` heapifies the first k elements, then lets element i in only if it beats the heap's top, which
+    is the k-th largest value of ``keys[:i]``. An element that does not get in changes nothing, so running the
+    partial sort on the first k elements plus every element above a lower bound of that k-th largest value gives
+    the same first k (and, mapped back, the same leftover order). The bound is recomputed exactly at block
+    boundaries of doubling size. Returns None when filtering would not pay.
+    """
+    n = len(keys)
+    if k <= 0 or n < 2048 or n <= 8 * k:
         return None
-    if len(idx) == k and not np.all(top[:-1] > top[1:]):
-        return None
-    return idx[order[:k]]
+    parts = [np.arange(k)]
+    top = np.sort(keys[:k])
+    low = top[0]
+    pos, size = k, max(k, 32)
+    while pos < n:
+        end = min(n, pos + size)
+        blk = keys[pos:end]
+        sel = np.flatnonzero(blk > low)
+        if sel.size:
+            parts.append(sel + pos)
+            vals = np.concatenate((top, blk[sel]))
+            top = np.partition(vals, len(vals) - k)[len(vals) - k:]
+            low = top.min()
+        pos, size = end, size * 2
+    sub = np.concatenate(parts)
+    return sub if len(sub) < n // 2 else None
 
 
 # as llama_token_data_array_partial_sort (writes into a buffer, does not change the array)
@@ -151,6 +222,6 @@ def bucket_partial_sort(keys: np.ndarray, npartial: int) -> np.ndarray:
         seg = order[pos:pos + h]
         m = npartial - ndone
         if h > 1 and m > 0:
-            seg = seg[np.asarray(stdalgo.partial_sort_perm(keys[seg], m, descending=True))]
+            seg = seg[partial_sort_full(keys[seg], m)]
         out[pos:pos + h] = seg
     return out

@@ -172,7 +172,7 @@ class Sampler:
             raise ValueError(f"expected {self.n_vocab} logits (the vocabulary size), got {len(a)}")
         if len(a) == 0:
             raise ValueError("logits must not be empty")
-        if np.isnan(a).any():
+        if np.isnan(a.max()):  # max propagates NaN: one pass instead of isnan + any
             raise ValueError("logits contain NaN")
         if self.steps is None:
             self._build(len(a))
@@ -188,7 +188,7 @@ class Sampler:
     def sample(self, logits: Any) -> int:
         """Run the chain on raw logits and return the selected token id (``common_sampler_sample``, no grammar)."""
         a = self._logits(logits)
-        c = self._run(Candidates.from_logits(a))
+        c = self._run(Candidates.from_logits(a, copy=False))
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)
         return int(c.ids[c.selected])
@@ -212,7 +212,7 @@ class Sampler:
         if m.shape != a.shape:
             raise ValueError(f"mask must have shape {a.shape}, got {m.shape}")
         c = Candidates.from_logits(a)
-        c.logits[~m] = -np.inf
+        c.own()[~m] = -np.inf
         c = self._run(c)
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)

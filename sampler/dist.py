@@ -33,9 +33,7 @@ def rng_seed(seed: int) -> int:
 
 
 def expf_arr(x: np.ndarray) -> np.ndarray:
-    """glibc expf over a float32 array (ctypes for short arrays, the checked numpy path for long ones)."""
-    if len(x) <= 48:
-        return np.array([mathf.expf(float(v)) for v in x], dtype=_F32)
+    """glibc expf over a float32 array (:func:`sampler.mathf.expf_vec`)."""
     return mathf.expf_vec(x)
 
 
@@ -59,10 +57,13 @@ def softmax(c: Candidates, do_sort: bool) -> None:
     if do_sort and not c.sorted:
         c.partial_sort_inplace(c.size)
     m = max_logit(c)
-    with np.errstate(invalid="ignore"):
-        p = expf_arr(c.logits - m)
-        s = fsum_seq(p)
-        c.p = p / s
+    if not np.isfinite(m):  # all -inf (or a +inf): NaN probabilities, with the NaN bits the hardware gives C
+        with np.errstate(invalid="ignore"):
+            p = mathf.expf_vec(c.logits - m)
+            c.p = p / fsum_seq(p)
+        return
+    p = mathf.expf_vec(c.logits - m)
+    c.p = p / fsum_seq(p)
 
 
 # as llama_sample_dist (libstdc++ discrete_distribution over p)
@@ -94,16 +95,20 @@ class Dist:
             c.p[0] = 1.0
             return
         m = max_logit(c)
-        with np.errstate(invalid="ignore"):
-            p = expf_arr(c.logits - m)
-            p64 = p.astype(np.float64)
-            run = np.cumsum(p64)
-            total = run[-1]
-            rnd = uniform_real_double(self.rng)
-            tgt = total * rnd
-            hit = np.flatnonzero(run >= tgt)
-            c.selected = int(hit[0]) if hit.size else n - 1
-            c.p = (p64 / total).astype(_F32)
+        if not np.isfinite(m):  # all -inf (or a +inf): NaN sums, nothing found, the last index is taken
+            uniform_real_double(self.rng)
+            c.selected = n - 1
+            with np.errstate(invalid="ignore"):
+                p = mathf.expf_vec(c.logits - m)
+                c.p = (p / np.cumsum(p, dtype=np.float64)[-1]).astype(_F32)
+            return
+        p = mathf.expf_vec(c.logits - m)
+        run = np.cumsum(p, dtype=np.float64)  # float p added to a double running sum, in array order
+        total = run[-1]
+        tgt = total * uniform_real_double(self.rng)
+        i = int(np.searchsorted(run, tgt, side="left"))  # the first i with run[i] >= tgt (run never decreases)
+        c.selected = i if i < n else n - 1
+        c.p = (p / total).astype(_F32)
 
     def accept(self, token: int) -> None:
         pass

@@ -259,7 +259,7 @@ class Dry:
             ids = c.ids
             keys = np.fromiter(maxrep.keys(), dtype=np.int64, count=len(maxrep))
             pos = np.flatnonzero(np.isin(ids, keys))
-            lg = c.logits
+            lg = c.own()
             for j in pos.tolist():
                 tok = int(ids[j])
                 tails = self.breakers.get(tok)

@@ -36,10 +36,11 @@ class LogitBias:
             return
         n = c.size
         search: list[tuple[int, np.float32]] = []
-        lg = c.logits
+        lg = c.own()
+        ident = c.identity
         with np.errstate(invalid="ignore", over="ignore"):
             for tok, b in self.biases:
-                if 0 <= tok < n and c.ids[tok] == tok:
+                if 0 <= tok < n and (ident or c.ids[tok] == tok):
                     lg[tok] = lg[tok] + b
                 else:
                     search.append((tok, b))
@@ -102,15 +103,11 @@ class Penalties:
             cnts = np.fromiter(self.count.values(), dtype=np.int64, count=len(self.count))
             order = np.argsort(toks)
             toks, cnts = toks[order], cnts[order]
-            ids = c.ids
-            if len(ids) and ids[0] == 0 and ids[-1] == len(ids) - 1 and len(ids) == self.n_vocab and not c.sorted \
-                    and toks[0] >= 0 and toks[-1] < len(ids):
-                pos = toks  # the array is still in id order (nothing before reordered it)
-                if not np.array_equal(ids[pos], toks):
-                    pos = None
-            else:
-                pos = None
+            pos = None
+            if c.identity and toks[0] >= 0 and toks[-1] < c.size:
+                pos = toks  # the array is still in id order: the token is its own index
             if pos is None:
+                ids = c.ids
                 j = np.searchsorted(toks, ids)
                 j[j >= len(toks)] = 0
                 hit = toks[j] == ids
@@ -122,7 +119,7 @@ class Penalties:
             with np.errstate(invalid="ignore", over="ignore"):
                 lg = np.where(lg <= 0, lg * self.repeat, lg / self.repeat).astype(_F32)
                 sub = (cnt.astype(_F32) * self.freq + (cnt > 0).astype(_F32) * self.present).astype(_F32)
-                c.logits[pos] = lg - sub
+                c.own()[pos] = lg - sub
         c.sorted = False
 
     def reset(self) -> None:

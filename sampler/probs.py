@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import stdalgo
+from .candidates import partial_sort_full
 from .dist import expf_arr, fsum_seq
 
 
@@ -50,7 +50,7 @@ def token_probs(logits: np.ndarray, sampled: int, n_top: int) -> TokenProbs:
         raise ValueError(f"token id {sampled} out of range for {n} logits")
     k = min(int(n_top), n) if n_top >= 0 else n  # a negative int becomes a huge size_t
     if k > 0:
-        perm = np.asarray(stdalgo.partial_sort_perm(a, k, descending=True))
+        perm = partial_sort_full(a, k)
         ordered = a[perm]
         mx = ordered[0]
     else:

@@ -107,9 +107,9 @@ class TopP(_Stateless):
                 if hit.size:
                     last_idx = int(hit[0]) + 1
         else:
-            hit = np.flatnonzero(ok)
-            if hit.size:
-                last_idx = int(hit[0]) + 1
+            i = int(np.argmax(ok))  # the first True, if any
+            if ok[i]:
+                last_idx = i + 1
         if buf is not None:
             c.take(buf[:last_idx])
             c.sorted = True
@@ -141,11 +141,9 @@ class MinP(_Stateless):
             c.partial_sort_inplace(c.size)
         min_logit = _F32(c.logits[0] + lp)
         below = c.logits < min_logit
-        below[0] = False
-        if self.min_keep > 0:
-            below[: self.min_keep] = False
-        hit = np.flatnonzero(below)
-        c.truncate(int(hit[0]) if hit.size else c.size)
+        below[: max(self.min_keep, 1)] = False
+        i = int(np.argmax(below))
+        c.truncate(i if below[i] else c.size)
 
 
 class Typical(_Stateless):

@@ -23,7 +23,8 @@ def test_expf_vec_matches_glibc() -> None:
         np.array([0.0, -0.0, -np.inf, -87.33654, -88.72283, -103.97208, -103.97209, -104.0, -150.0, -1e30,
                   -1e-45, 1.0, 10.0, 88.0, 88.8, 89.0], np.float32),
     ])
-    want = np.frompyfunc(mathf.expf, 1, 1)(x).astype(np.float32)
+    with np.errstate(all="ignore"):
+        want = np.frompyfunc(mathf.expf, 1, 1)(x).astype(np.float32)
     got = mathf.expf_vec(x)
     assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
 
