@@ -18,6 +18,10 @@ How the exact result is obtained without a Python loop over every element:
   the swapped-in elements are the scans' sentinels.)  Segments reaching depth 0 get ``__partial_sort(f, l, l)``,
   an exact heapsort in Python.  The final insertion sort is a stable insertion sort; since introsort leaves the
   array in blocks ordered against each other, it equals a stable sort by key of that arrangement.
+  Shortcuts, each exact: distinct keys need no trace at all (one order exists); a segment whose key range holds
+  no repeated key is left as it is (the final sort alone orders it); a segment whose keys are all equal is
+  finished with a cached closed form (:func:`_equal_perm`); :func:`sort_prefix_perm` follows only the segments
+  that reach the wanted prefix (what the s2 sampler needs).
 * ``std::partial_sort`` is ``__heap_select`` + ``__sort_heap``.  The heap top only moves towards the front, so the
   elements that can trigger a ``__pop_heap`` (``comp(*i, *first)``) are found chunk by chunk with numpy float
   compares against the current top (a superset, re-checked one by one); only those run through the exact
