@@ -159,3 +159,12 @@ def test_all_equal_and_two_valued(oracle):
         k[rs.random(n) < rs.random()] = 1.0
         cases += [(SORT_D, k, 0), (SORT_A, k, 0)]
     assert _check(oracle, cases) == len(cases)
+
+
+def test_equal_perm_at_depth_zero(oracle):
+    # an all-equal segment that reaches the depth limit is heapsorted: __partial_sort(f, l, l) is what
+    # std::partial_sort(first, last, last) runs, so the oracle's partial_sort with k = n is the reference
+    lengths = [17, 18, 31, 64, 100, 257, 1000]
+    want = oracle([(PSORT_D, np.zeros(n, np.float32), n) for n in lengths])
+    for n, w in zip(lengths, want, strict=True):
+        assert np.array_equal(S._equal_perm(n, 0), w)
