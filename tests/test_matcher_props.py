@@ -142,3 +142,19 @@ def test_random_input_never_crashes(pieces: list[bytes], gi: int, chunks: list[b
                 pass
             else:  # pragma: no cover
                 raise AssertionError("out-of-range token accepted")
+
+
+@settings(max_examples=40, deadline=None)
+@given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
+def test_precomputed_caches_give_the_same_masks(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
+    vocab = _vocab(pieces)
+    parsed = reference_parse(GRAMMARS[gi])
+    pre = CompiledGrammar(parsed, vocab)
+    assert pre.precompute() >= 0
+    m = pre.matcher()
+    for _ in range(5):
+        ref = _reference_mask(pre, m.stacks, m.partial_utf8)
+        assert m.mask().tolist() == ref.tolist()
+        allowed = np.flatnonzero(ref)
+        if not len(allowed) or not m.accept_token(int(data.draw(st.sampled_from(allowed.tolist())))):
+            break
