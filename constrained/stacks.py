@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 from .errors import ConstrainedError
-from .ir import ElementType, ParsedGrammar
+from .ir import ElementType, ParsedGrammar, endless_expansion_index, left_recursion_index
 
 END, ALT, RULE_REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
 CHAR, CHAR_NOT, CHAR_RNG_UPPER = int(ElementType.CHAR), int(ElementType.CHAR_NOT), int(ElementType.CHAR_RNG_UPPER)
@@ -68,6 +68,12 @@ class GrammarRules:
                 raise GrammarStateError(f"rule reference {v} out of range ({n_rules} rules)")
         if not 0 <= parsed.root_id < n_rules:
             raise GrammarStateError(f"root rule {parsed.root_id} out of range ({n_rules} rules)")
+        bad = left_recursion_index(parsed.rules)     # llama_grammar_init_impl refuses these
+        if bad is not None:
+            raise GrammarStateError(f"unsupported grammar, left recursion detected for nonterminal at index {bad}")
+        bad = endless_expansion_index(parsed.rules, parsed.root_id)   # llama.cpp would expand these forever
+        if bad is not None:
+            raise GrammarStateError(f"left recursion through rules that can match the empty string at index {bad}")
         self.bottom = len(types)       # sentinel position
         types.append(BOTTOM_TYPE)
         values.append(0)

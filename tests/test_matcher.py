@@ -106,3 +106,16 @@ def test_misuse_raises() -> None:
     with pytest.raises(TypeError):
         compile_grammar("root ::= x", v)
     assert not m.mask().flags.writeable
+
+
+def test_left_recursive_rules_are_refused_not_expanded_forever() -> None:
+    from constrained.stacks import GrammarStateError
+
+    v = Vocabulary([b"a"])
+    left = ParsedGrammar((((T.RULE_REF, 0), (T.CHAR, 97), (T.ALT, 0), (T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0)
+    hidden = ParsedGrammar((((T.RULE_REF, 1), (T.RULE_REF, 0), (T.CHAR, 120), (T.ALT, 0), (T.CHAR, 98), (T.END, 0)),
+                            ((T.RULE_REF, 2), (T.END, 0)), ((T.END, 0),)), {"root": 0, "e": 1, "e_2": 2}, 0)
+    bad_ref = ParsedGrammar((((T.RULE_REF, 5), (T.END, 0)),), {"root": 0}, 0)
+    for g in (left, hidden, bad_ref):
+        with pytest.raises(GrammarStateError):
+            compile_grammar(g, v)
