@@ -505,12 +505,15 @@ def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
 def _partial_set(vocab: Vocabulary) -> np.ndarray:
     from constrained.tokenindex import vocab_index
 
-    return vocab_index(vocab).table.rem > 0
+    t = vocab_index(vocab).table
+    out = np.zeros(t.n, dtype=bool)
+    out[t.ids] = t.rem > 0      # table rows are ordered by length; index by token id
+    return out
 
 
 def pick_walk_token(rng: np.random.Generator, mask: np.ndarray, vocab: Vocabulary) -> int:
     """Like :func:`pick_token`, also preferring tokens that leave a UTF-8 sequence incomplete now and then."""
-    if rng.random() < 0.15:
+    if rng.random() < 0.3:
         s = np.flatnonzero(mask & _partial_set(vocab))
         if len(s):
             return int(rng.choice(s))
