@@ -25,7 +25,8 @@ How the exact result is obtained without a Python loop over every element:
 * ``std::partial_sort`` is ``__heap_select`` + ``__sort_heap``.  The heap top only moves towards the front, so the
   elements that can trigger a ``__pop_heap`` (``comp(*i, *first)``) are found chunk by chunk with numpy float
   compares against the current top (a superset, re-checked one by one); only those run through the exact
-  ``__adjust_heap``/``__push_heap`` port.
+  ``__adjust_heap``/``__push_heap`` port.  When the keys of all heap entrants are distinct, the heap's inner
+  arrangement cannot show in the result, and C-speed :mod:`heapq` stands in for the port (checked afterwards).
   Every other element stays where it is; each trigger position receives the evicted top.
 
 Example:
@@ -40,6 +41,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import heapq
 
 import numpy as np
 
@@ -154,6 +156,36 @@ def _candidates(keys: np.ndarray, start: int, bound: float, descending: bool):
         step *= 2
 
 
+def _heap_select_distinct(kf: np.ndarray, k: int, head: list, descending: bool):
+    """``__heap_select`` + ``__sort_heap`` with :mod:`heapq` instead of libstdc++'s heap, valid only when the keys
+    of every element that enters the heap are distinct: then each ``__pop_heap`` evicts the unique worst key and
+    ``__sort_heap`` has a single possible result, whatever the heap's inner arrangement.  Returns None (the caller
+    runs the exact heap port) when two of those keys are equal."""
+    heap = [(-v, j) for j, v in enumerate(head)]  # heapq's minimum is libstdc++'s top: the worst key
+    heapq.heapify(heap)
+    evict_pos: list[int] = []
+    evict_id: list[int] = []
+    entered = head[:]
+    replace = heapq.heapreplace
+    gen = _candidates(kf, k, -heap[0][0], descending)
+    try:
+        cands = next(gen)
+        while True:
+            for i, vi in zip(*cands, strict=True):
+                if -vi > heap[0][0]:  # comp(*i, *first)
+                    old = replace(heap, (-vi, i))
+                    evict_pos.append(i)
+                    evict_id.append(old[1])
+                    entered.append(vi)
+            cands = gen.send(-heap[0][0])
+    except StopIteration:
+        pass
+    if len(set(entered)) != len(entered):  # a tie among heap entrants: the heap's arrangement can matter
+        return None
+    heap.sort(reverse=True)  # distinct keys: the one order __sort_heap can leave
+    return [j for _, j in heap], evict_pos, evict_id
+
+
 def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.ndarray:
     """The whole arrangement (length n) ``std::partial_sort(first, first + k, last, comp)`` leaves.
 
@@ -194,6 +226,14 @@ def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.n
             pass
         perm[0] = cur_id
         return perm
+    if 0 < k < n:
+        fast = _heap_select_distinct(kf, k, head, descending)
+        if fast is not None:
+            top_ids, evict_pos_a, evict_id_a = fast
+            perm[:k] = top_ids
+            if evict_pos_a:
+                perm[np.array(evict_pos_a, dtype=np.int64)] = np.array(evict_id_a, dtype=np.int64)
+            return perm
     hk = head
     hid = list(range(k))
     _make_heap(hk, hid, k)  # as std::__heap_select
