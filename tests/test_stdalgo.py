@@ -168,3 +168,15 @@ def test_equal_perm_at_depth_zero(oracle):
     want = oracle([(PSORT_D, np.zeros(n, np.float32), n) for n in lengths])
     for n, w in zip(lengths, want, strict=True):
         assert np.array_equal(S._equal_perm(n, 0), w)
+
+
+def test_partial_sort_both_heap_paths(oracle):
+    # distinct entrants take the heapq path, tied ones the exact heap port: both must match libstdc++
+    rs = np.random.default_rng(21)
+    distinct = rs.normal(size=50_000).astype(np.float32)
+    tied = np.round(rs.normal(size=50_000) * 2).astype(np.float32)
+    for keys in (distinct, tied):
+        head = (-keys[:64]).astype(np.float64).tolist()
+        used_fast = S._heap_select_distinct(keys, 64, head, True) is not None
+        assert used_fast == (keys is distinct)
+    assert _check(oracle, [(PSORT_D, distinct, 64), (PSORT_D, tied, 64), (PSORT_A, distinct, 100)]) == 3
