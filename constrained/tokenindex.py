@@ -70,6 +70,18 @@ def decode_utf8(piece: bytes, value: int = 0, n_remain: int = 0) -> tuple[list[i
     return cps, value, rem
 
 
+def _decode_fast(piece: bytes) -> tuple[list[int], int, int]:
+    """``decode_utf8(piece)`` from a clean state; valid UTF-8 without NUL takes Python's decoder (same result)."""
+    if b"\0" not in piece:
+        try:
+            cps = [ord(c) for c in piece.decode("utf-8")]
+        except UnicodeDecodeError:
+            pass
+        else:
+            return cps, (cps[-1] if cps else 0), 0
+    return decode_utf8(piece)
+
+
 def apply_view(cps: list[int]) -> list[int]:
     """The code points ``llama_grammar_apply_impl`` looks at: up to (not including) the first 0."""
     try:
@@ -168,7 +180,7 @@ class VocabIndex:
         decoded: list[tuple[list[int], int, int]] = []
         self.full: list[tuple[list[int], int, int]] = []   # accept-side decode (zero code points kept)
         for i, p in enumerate(self.pieces):
-            d = decode_utf8(p)
+            d = _decode_fast(p)
             self.full.append(d)
             if self.eog[i] or self.dead[i]:
                 decoded.append(([], 0, -1))     # never accepted by a stack; handled apart

@@ -158,3 +158,12 @@ def test_precomputed_caches_give_the_same_masks(pieces: list[bytes], gi: int, da
         allowed = np.flatnonzero(ref)
         if not len(allowed) or not m.accept_token(int(data.draw(st.sampled_from(allowed.tolist())))):
             break
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(BYTES + [b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc1\xbf"]), max_size=8).map(b"".join))
+def test_fast_decode_equals_the_port(piece: bytes) -> None:
+    from constrained.tokenindex import _decode_fast
+
+    fast, port = _decode_fast(piece), decode_utf8(piece)
+    assert fast[0] == port[0] and fast[2] == port[2] and (fast[2] <= 0 or fast[1] == port[1])
