@@ -147,21 +147,22 @@ def s2_sample(logits: np.ndarray, params: S2Params, rng: Mt19937) -> int:
         x = lg - mx
         full = not np.isfinite(mx)
         if not full:
-            vals = np.sort(x[x >= _CUTOFF])[::-1]  # the candidates' values in sorted (descending) order
-            p = expf(vals)
+            # the candidates' logits in sorted (descending) order; x = l - max is monotone in l
+            sl = np.sort(lg[x >= _CUTOFF])[::-1]
+            p = expf(sl - mx)
             total = _fsum(p)
             keep = _walk(p, total, k, top_p)
             if keep < 0:  # top-k/top-p reach past the candidates: the exact full path
                 full = True
         if full:
-            vals = np.sort(lg)[::-1] - mx  # sorted logits first: with an infinite max, x holds NaNs
-            p = expf(vals)
+            sl = np.sort(lg)[::-1]  # sorted logits first: with an infinite max, x holds NaNs
+            p = expf(sl - mx)
             total = _fsum(p)
             keep = _walk(p, total, k, top_p)
             if keep < 0:
                 keep = n
         keep = max(keep, 1)  # step 7 (cannot trigger: item 0 is never dropped and k >= 1)
-        ids = sort_prefix_perm(lg, keep) if keep < n else sort_perm(lg)
+        ids = _kept_ids(lg, sl, keep)
         kept = lg[ids]
         # step 9: tempered softmax over the kept logits, in float
         kmax = kept[0]
@@ -174,6 +175,20 @@ def s2_sample(logits: np.ndarray, params: S2Params, rng: Mt19937) -> int:
             return int(ids[0])
         w = w / s2
     return int(ids[discrete_distribution(w, rng)])  # step 11
+
+
+def _kept_ids(lg: np.ndarray, sl: np.ndarray, keep: int) -> np.ndarray:
+    """The ids std::sort leaves in the first ``keep`` places.  ``sl`` holds the leading logits in sorted order
+    (everything after it is strictly smaller).  When those ``keep`` values and the next one are all distinct, ties
+    cannot show and the order is by value alone; otherwise the introsort trace decides."""
+    n = lg.size
+    if keep >= n:
+        return sort_perm(lg)
+    head = sl[: keep + 1]
+    if np.all(head[:-1] > head[1:]):  # strictly decreasing (-0.0 vs 0.0 counts as a tie)
+        idx = np.flatnonzero(lg >= sl[keep - 1])  # exactly the first `keep`, all distinct
+        return idx[np.argsort(lg[idx])[::-1]]
+    return sort_prefix_perm(lg, keep)
 
 
 def _walk(p: np.ndarray, total: np.float32, k: int, top_p: np.float32) -> int:
