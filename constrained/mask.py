@@ -90,12 +90,13 @@ def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
 def _ascending(parts: list[np.ndarray], n: int) -> np.ndarray:
     """The union of index arrays, sorted (rows in ascending order are in non-increasing length order)."""
     total = sum(len(a) for a in parts)
-    if total * 16 > n:
+    if total * 64 > n:
         m = np.zeros(n, dtype=bool)
         for a in parts:
             m[a] = True
         return np.flatnonzero(m)
-    return np.unique(np.concatenate(parts))
+    a = np.sort(np.concatenate(parts), kind="stable")    # sorted runs: a merge
+    return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
 def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None) -> np.ndarray:

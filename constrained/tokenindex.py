@@ -187,6 +187,8 @@ class VocabIndex:
             else:
                 decoded.append((apply_view(d[0]), d[1], d[2]))
         self.table = TokenTable.build(list(range(n)), decoded)
+        for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
+            self.table.col(d)
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
