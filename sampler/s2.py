@@ -10,8 +10,9 @@ The original ``std::sort``s all n ``(logit, id)`` pairs.  This port does not, an
   running sum is already ``>= 1`` (its first term is ``expf(0) = 1``), so adding it rounds back to the same float;
 * the walk (top-k, then top-p on the float running sum of normalised probabilities) also needs values only, and it
   stops inside those candidates unless top-k and top-p keep more (then the exact full path is taken);
-* only the ids of the kept prefix need the tie order, from :func:`sampler.stdalgo.sort_prefix_perm`, which traces
-  just the introsort segments that reach that prefix.
+* only the ids of the kept prefix need the tie order: when the kept logits and the next one are all distinct the
+  order is by value alone; otherwise :func:`sampler.stdalgo.sort_prefix_perm` traces just the introsort segments
+  that reach that prefix.
 
 ``expf`` is glibc's ``expf`` exactly (see :func:`expf`); float arithmetic is numpy float32 (IEEE, as the original's
 ``float``); the draw is :func:`sampler.rng.discrete_distribution`.

@@ -1,6 +1,6 @@
 """A large oracle sweep for sampler.s2 and sampler.stdalgo (outside CI): many seeds, sizes, ties and parameters.
 
-Run from the repo root: ``.venv/bin/python scripts/s2_sweep.py [rounds]``.  Prints the number of draws / arrangements
+Run from the repo root: ``.venv/bin/python scripts/s2_sweep.py [rounds] [seed]``.  Prints the number of draws / arrangements
 compared and every mismatch (there must be none).
 """
 
@@ -73,7 +73,8 @@ def main() -> int:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     exe = compile_cpp("s2_oracle.cpp")
     exe_sort = compile_cpp("stdalgo_oracle.cpp")
-    rs = np.random.default_rng(int.from_bytes(b"s2sw", "little"))
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else int.from_bytes(b"s2sw", "little")
+    rs = np.random.default_rng(seed)
     total = bad = arr = bad_arr = 0
     for r in range(rounds):
         t, b = sweep_s2(rs, exe)
