@@ -32,6 +32,12 @@ PROMPT = """Choose a tool and its arguments for the user's request. Tools: get_w
 User: remind me in 20 minutes that the pasta is ready
 Call: {"tool": "set_timer", "arguments": {"minutes": 20}}
 
+User: email bob@example.com that the meeting moved to Friday
+Call: {"tool": "send_email", "arguments": {"to": "bob@example.com", "subject": "Meeting moved to Friday"}}
+
+User: is it going to be cold in Berlin? give me fahrenheit
+Call: {"tool": "get_weather", "arguments": {"city": "Berlin", "unit": "fahrenheit"}}
+
 User: what's the weather like in Paris today, in celsius?
 Call: """
 
