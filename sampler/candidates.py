@@ -192,8 +192,12 @@ def bucket_partial_sort(keys: np.ndarray, npartial: int) -> np.ndarray:
     ``npartial`` in libstdc++ sorted order (the rest of the last bucket in partial_sort's leftover order)."""
     with np.errstate(invalid="ignore", over="ignore"):
         v = keys * _BUCKET_SCALE + _BUCKET_INTER
-        v = np.clip(v, _F32(-1.0), _F32(1024.0))  # -inf lands in bucket 0, as on x86
+        # int(float) on x86 (cvttss2si): truncation, and INT_MIN for anything out of int range (or inf/NaN), so
+        # -inf *and* huge logits (>= 2**31 / 6.4, e.g. after a tiny temperature) land in bucket 0
+        wild = ~(np.abs(v) < _F32(2147483648.0))
+        v = np.clip(v, _F32(-1.0), _F32(1024.0))
     b = v.astype(np.int32)
+    b[wild] = 0
     np.clip(b, 0, 127, out=b)
     histo = np.bincount(b, minlength=128)
     cum = np.cumsum(histo[::-1])

@@ -63,7 +63,12 @@ def softmax(c: Candidates, do_sort: bool) -> None:
             c.p = p / fsum_seq(p)
         return
     p = mathf.expf_vec(c.logits - m)
-    c.p = p / fsum_seq(p)
+    total = fsum_seq(p)
+    if np.isfinite(total):
+        c.p = p / total
+    else:  # a +inf logit behind data[0] of a "sorted" array (huge logits sort into bucket 0): NaN/inf, as in C
+        with np.errstate(invalid="ignore"):
+            c.p = p / total
 
 
 # as llama_sample_dist (libstdc++ discrete_distribution over p)
@@ -102,13 +107,15 @@ class Dist:
                 p = mathf.expf_vec(c.logits - m)
                 c.p = (p / np.cumsum(p, dtype=np.float64)[-1]).astype(_F32)
             return
-        p = mathf.expf_vec(c.logits - m)
+        with np.errstate(invalid="ignore", over="ignore"):
+            p = mathf.expf_vec(c.logits - m)
         run = np.cumsum(p, dtype=np.float64)  # float p added to a double running sum, in array order
         total = run[-1]
         tgt = total * uniform_real_double(self.rng)
         i = int(np.searchsorted(run, tgt, side="left"))  # the first i with run[i] >= tgt (run never decreases)
         c.selected = i if i < n else n - 1
-        c.p = (p / total).astype(_F32)
+        with np.errstate(invalid="ignore"):
+            c.p = (p / total).astype(_F32)
 
     def accept(self, token: int) -> None:
         pass

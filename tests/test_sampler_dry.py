@@ -72,3 +72,16 @@ def test_breakers_cached(vocab_pair) -> None:  # noqa: ANN001
     a = process_breakers(v, ("\n", ":"))
     assert process_breakers(v, ("\n", ":")) is a
     assert all(isinstance(t, tuple) and len(t) <= 20 for tails in a.values() for t in tails)
+
+
+def test_ignore_eos_and_string_biases(vocab_pair) -> None:  # noqa: ANN001
+    """EOG -inf biases from the vocabulary and string biases tokenized by it, as llama-server builds them."""
+    vm, v = vocab_pair
+    n = vm.n_vocab
+    rng = np.random.default_rng(3)
+    eog = sorted(v.eog_ids)
+    for i in range(6):
+        p = random_params(rng, n).replace(ignore_eos=bool(i % 2 == 0),
+                                          logit_bias=((" hello world", 3.0), (eog[0], 5.0), ("\n", -2.5)))
+        boost = eog + vm.tokenize(b" hello world", False)
+        run_sequence(p, n, rng, 4, vocab=v, vm=vm, boost=boost)

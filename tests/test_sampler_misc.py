@@ -98,3 +98,32 @@ def test_accept_before_first_logits() -> None:
     s = Sampler(p)
     s.accept(2)
     assert s.sample(np.array([0.0, 0.5, 1.0], np.float32)) == 1
+
+
+def _tie_arrays(rng: np.random.Generator):  # noqa: ANN202
+    n = 20000
+    yield np.round(rng.standard_normal(n) * 4) / 2
+    yield np.sort(np.round(rng.standard_normal(n) * 3))          # ascending: every element enters the heap
+    yield np.sort(np.round(rng.standard_normal(n) * 3))[::-1]    # descending: none does
+    x = np.round(rng.standard_normal(n))
+    x[rng.random(n) < 0.7] = -np.inf
+    yield x
+    yield np.zeros(n)
+    yield rng.standard_normal(n)
+
+
+def test_partial_sort_prefilter_matches_stdalgo() -> None:
+    """The heap-participant pre-filter in front of sampler.stdalgo (itself checked against libstdc++) changes
+    nothing: same first k, same whole permutation (leftovers included)."""
+    from sampler import stdalgo
+    from sampler.candidates import partial_sort_full, top_partial_sort
+    rng = np.random.default_rng(5)
+    checked = 0
+    for x in _tie_arrays(rng):
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        for k in (1, 7, 40, 128, 500):
+            want = np.asarray(stdalgo.partial_sort_perm(x, k, descending=True))
+            assert np.array_equal(top_partial_sort(x, k), want[:k])
+            assert np.array_equal(partial_sort_full(x, k), want)
+            checked += 1
+    assert checked == 30

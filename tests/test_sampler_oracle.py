@@ -29,37 +29,44 @@ def run_sequence(p: Params, n: int, rng: np.random.Generator, steps: int, *, voc
     c = CChain(p, n, vm)
     names = c.names()
     try:
-        assert len(names) == len(ours.steps or []) or vocab is None
-        pool = boost if boost else None
-        for _ in range(int(rng.integers(0, prompt_len + 1))):
-            t = int(rng.choice(pool)) if pool else int(rng.integers(0, n))
-            ours.accept(t)
-            c.accept(t)
-        for step in range(steps):
-            mode = None if modes is None else str(rng.choice(modes))
-            lg = random_logits(rng, n, mode)
-            if boost:
-                lg[np.array(boost)] += 6
-            cs = c.stages(lg)
-            os_ = run_stages(ours, lg)
-            assert len(cs) == len(os_), (names, [s.name for s in ours.steps])
-            for i, (a, b) in enumerate(zip(os_, cs, strict=True)):
-                same_state(a, b, f"n={n} step {step} stage {i} ({names[i]}) params={p}")
-            COUNTS["stages"] += len(cs)
-            prev_ids, prev_lg = np.arange(n), lg
-            for nm, b in zip(names, cs, strict=True):
-                if len(b.ids) != len(prev_ids) or not np.array_equal(b.ids, prev_ids) or \
-                        not np.array_equal(b.logits, prev_lg):
-                    ACTIVE[nm] = ACTIVE.get(nm, 0) + 1
-                prev_ids, prev_lg = b.ids, b.logits
-            tok = int(cs[-1].token)
-            assert tok >= 0
-            ours.accept(tok)
-            c.accept(tok)
-            COUNTS["steps"] += 1
-        COUNTS["sequences"] += 1
+        _run(ours, c, names, p, n, rng, steps, prompt_len, modes, boost)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n  params={p}") from None
     finally:
         c.free()
+
+
+def _run(ours: Sampler, c: CChain, names: list[str], p: Params, n: int, rng: np.random.Generator, steps: int,
+         prompt_len: int, modes: tuple[str, ...] | None, boost: list[int] | None) -> None:
+    assert len(names) == len(ours.steps or []) or ours.vocab is None
+    pool = boost if boost else None
+    for _ in range(int(rng.integers(0, prompt_len + 1))):
+        t = int(rng.choice(pool)) if pool else int(rng.integers(0, n))
+        ours.accept(t)
+        c.accept(t)
+    for step in range(steps):
+        mode = None if modes is None else str(rng.choice(modes))
+        lg = random_logits(rng, n, mode)
+        if boost:
+            lg[np.array(boost)] += 6
+        cs = c.stages(lg)
+        os_ = run_stages(ours, lg)
+        assert len(cs) == len(os_), (names, [s.name for s in ours.steps])
+        for i, (a, b) in enumerate(zip(os_, cs, strict=True)):
+            same_state(a, b, f"n={n} step {step} stage {i} ({names[i]})")
+        COUNTS["stages"] += len(cs)
+        prev_ids, prev_lg = np.arange(n), lg
+        for nm, b in zip(names, cs, strict=True):
+            if len(b.ids) != len(prev_ids) or not np.array_equal(b.ids, prev_ids) or \
+                    not np.array_equal(b.logits, prev_lg):
+                ACTIVE[nm] = ACTIVE.get(nm, 0) + 1
+            prev_ids, prev_lg = b.ids, b.logits
+        tok = int(cs[-1].token)
+        assert tok >= 0
+        ours.accept(tok)
+        c.accept(tok)
+        COUNTS["steps"] += 1
+    COUNTS["sequences"] += 1
 
 
 ALONE = [
@@ -128,7 +135,38 @@ def test_random_combinations() -> None:
         run_sequence(p, n, rng, 32)
     assert COUNTS["sequences"] - before["sequences"] == 500
     assert COUNTS["steps"] - before["steps"] == 500 * 32
+    for name in ("logit-bias", "penalties", "top-n-sigma", "top-k", "typical", "top-p", "min-p", "xtc", "temp-ext",
+                 "temp", "mirostat", "mirostat-v2", "adaptive-p"):
+        assert ACTIVE.get(name, 0) >= 10, (name, ACTIVE)  # every sampler really acted, many times
 
 
 def test_default_samplers_constant() -> None:
     assert Params().samplers == DEFAULT_SAMPLERS
+
+
+def test_bucket_sort_edges() -> None:
+    """llama.cpp's 128-bucket pre-pass at its edges: values on and one ulp around every bucket boundary, huge values
+    (int() out of range lands in bucket 0 on x86), +-inf, -1e30; top-k 129 / 300 / n against the C top-k."""
+    from sampler.candidates import Candidates
+    from tests.oracle.llama import Candidates as CCandidates
+    from tests.oracle.llama import L
+    rng = np.random.default_rng(99)
+    edges = ((np.arange(129, dtype=np.float32) / np.float32(6.4)) - np.float32(10)).astype(np.float32)
+    around = np.concatenate([edges, np.nextafter(edges, np.float32(np.inf)), np.nextafter(edges, np.float32(-np.inf))])
+    special = np.array([3.4e38, 1e9, 3.36e8, 3.35e8, 1e30, np.inf, -np.inf, -1e30, -3.36e8, 0.0, -0.0], np.float32)
+    checked = 0
+    for trial in range(12):
+        n = int(rng.choice([1500, 4000]))
+        x = rng.choice(np.concatenate([around, special]), size=n).astype(np.float32)
+        if trial % 3 == 0:
+            x[: n // 2] = (rng.standard_normal(n // 2) * 8).astype(np.float32)
+        for k in (129, 300, n):
+            smpl = L.llama_sampler_init_top_k(k)
+            cc = CCandidates(n)
+            r = cc.apply(smpl, x)
+            L.llama_sampler_free(smpl)
+            c = Candidates.from_logits(x)
+            c.partial_sort_inplace(k)
+            assert np.array_equal(c.ids, r.ids), (trial, k)
+            checked += 1
+    assert checked == 36

@@ -23,6 +23,8 @@ def lib() -> ctypes.CDLL:
     so.json_get.restype = ctypes.c_int
     so.to_string_f.argtypes = [ctypes.c_float, ctypes.c_char_p, ctypes.c_int]
     so.to_string_i.argtypes = [ctypes.c_int32, ctypes.c_char_p, ctypes.c_int]
+    so.sort_tokens.argtypes = [ctypes.POINTER(ctypes.c_float), ctypes.c_int, ctypes.c_int,
+                               ctypes.POINTER(ctypes.c_int32)]
     so.c_strtof.argtypes = [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]
     so.c_strtof.restype = ctypes.c_float
     return so
@@ -38,6 +40,15 @@ def server_token_probs(logits: np.ndarray, n_top: int) -> tuple[np.ndarray, np.n
                     ids.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                     ps.ctypes.data_as(ctypes.POINTER(ctypes.c_float)))
     return ids, ps
+
+
+def sort_tokens(keys: np.ndarray, k: int = -1) -> np.ndarray:
+    """libstdc++ ``std::sort`` (k < 0) or ``std::partial_sort`` (first k) of ``{i, keys[i]}`` by logit, descending."""
+    a = np.ascontiguousarray(keys, dtype=np.float32)
+    out = np.zeros(len(a), np.int32)
+    lib().sort_tokens(a.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), len(a), k,
+                      out.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)))
+    return out
 
 
 KINDS = {"int32": 0, "uint32": 1, "float": 2, "bool": 3, "int64": 4, "strings": 5}

@@ -90,6 +90,23 @@ int json_get(const char * text, int kind, char * out, int cap) {
 void to_string_f(float v, char * out, int cap) { put(std::to_string(v), out, cap); }
 void to_string_i(int32_t v, char * out, int cap) { put(std::to_string(v), out, cap); }
 
+// std::sort / std::partial_sort of {i, keys[i]} with llama.cpp's comparator (logit >); k < 0: full std::sort
+void sort_tokens(const float * keys, int n, int k, int32_t * out) {
+    std::vector<token_data> v(n);
+    for (int i = 0; i < n; i++) {
+        v[i] = token_data{i, keys[i], 0.0f};
+    }
+    auto comp = [](const token_data & a, const token_data & b) { return a.logit > b.logit; };
+    if (k < 0) {
+        std::sort(v.begin(), v.end(), comp);
+    } else {
+        std::partial_sort(v.begin(), v.begin() + k, v.end(), comp);
+    }
+    for (int i = 0; i < n; i++) {
+        out[i] = v[i].id;
+    }
+}
+
 float c_strtof(const char * s, int * parsed) {
     char * end = nullptr;
     float v = std::strtof(s, &end);
