@@ -204,7 +204,10 @@ class AdaptiveP(_Seeded):
         self.seed_cur = rng_seed(self.seed)
         self.rng.seed(self.seed_cur)
 
+    # as llama_sampler_adaptive_p_clone: the EMA state is copied, but the generator is a fresh one from the seed
     def clone(self) -> AdaptiveP:
         o = super().clone()
+        o.seed_cur = rng_seed(self.seed)
+        o.rng = Mt19937(o.seed_cur)
         o.original_probs = self.original_probs.copy()
         return o

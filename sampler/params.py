@@ -44,7 +44,8 @@ SAMPLER_NAMES = _name_map()
 
 def f32(x: float) -> float:
     """The float32 value nearest ``x`` (as ``static_cast<float>``), as a Python float."""
-    return float(np.float32(x))
+    with np.errstate(over="ignore"):
+        return float(np.float32(x))
 
 
 def samplers_from_names(names: list[str]) -> tuple[str, ...]:

@@ -170,3 +170,38 @@ def test_bucket_sort_edges() -> None:
             assert np.array_equal(c.ids, r.ids), (trial, k)
             checked += 1
     assert checked == 36
+
+
+def test_reset_and_clone_match_c() -> None:
+    """common_sampler_reset (re-seed every generator, clear windows, mirostat mu, adaptive-p history) and
+    llama_sampler_clone, against the C chain's own reset and clone."""
+    from tests.oracle.llama import L
+    rng = np.random.default_rng(42)
+    for i in range(24):
+        n = int(rng.choice([50, 700, 1500]))
+        p = random_params(rng, n)
+        ours, c = Sampler(p), CChain(p, n)
+        try:
+            for rounds in range(3):
+                for _ in range(5):
+                    lg = random_logits(rng, n)
+                    r = c.apply(lg)
+                    assert ours.sample(lg) == r.token, (i, rounds, p)
+                    ours.accept(r.token)
+                    c.accept(r.token)
+                if rounds == 0:
+                    ours.reset()
+                    c.reset()
+                else:
+                    twin, ctwin = ours.clone(), L.llama_sampler_clone(c.chain)
+                    lg = random_logits(rng, n)
+                    assert ours.sample(lg) == c.apply(lg).token  # the originals move on...
+                    c.free()
+                    c.chain = ctwin  # ...the clones start from the state at cloning (adaptive-p: re-seeded, as C)
+                    r = c.apply(lg)
+                    assert twin.sample(lg) == r.token
+                    ours = twin
+                    ours.accept(r.token)
+                    c.accept(r.token)
+        finally:
+            c.free()
