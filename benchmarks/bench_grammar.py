@@ -106,6 +106,7 @@ def main() -> int:  # noqa: C901
     rng = np.random.default_rng(args.seed)
     rows = []
     all_ours, all_llama, all_allows, all_allows_c, all_nocache = [], [], [], [], []
+    all_accept, all_accept_c = [], []
     for name, schema in SCHEMAS.items():
         gbnf = json_schema_to_gbnf(schema)
         t = time.perf_counter()
@@ -119,7 +120,7 @@ def main() -> int:  # noqa: C901
             t = time.perf_counter()
             cg.precompute()
             t_pre = time.perf_counter() - t
-        ours, llama, docs, nocache = [], [], [], []
+        ours, llama, docs, nocache, accept, accept_c = [], [], [], [], [], []
         for _ in range(args.docs):
             text = json.dumps(_doc(name, rng), ensure_ascii=False).encode()
             probe = cg.matcher()
@@ -144,8 +145,12 @@ def main() -> int:  # noqa: C901
                     nocache.append(time.perf_counter() - t3)
                     ours.append(t1 - t0)
                     llama.append(t2 - t1)
+                    t4 = time.perf_counter()
                     m.accept_token(tok)
+                    t5 = time.perf_counter()
                     c.accept(tok)
+                    accept.append(t5 - t4)
+                    accept_c.append(time.perf_counter() - t5)
         # allows(token) for the forced token: ours on a grammar that never built a mask (exact stack walk,
         # no cache), and llama.cpp's one-candidate apply, in a separate pass
         fresh = CompiledGrammar(grammar.parsed(vocab), vocab)
@@ -165,6 +170,8 @@ def main() -> int:  # noqa: C901
                     a.accept_token(tok)
                     c.accept(tok)
         all_nocache += nocache
+        all_accept += accept
+        all_accept_c += accept_c
         all_ours += ours
         all_llama += llama
         all_allows += allows
@@ -189,6 +196,8 @@ def main() -> int:  # noqa: C901
     print(f"Without the per-state mask cache (per-suffix caches warm): median {_pct(all_nocache, 50):.2f} ms, "
           f"p90 {_pct(all_nocache, 90):.2f} ms, p99 {_pct(all_nocache, 99):.2f} ms; ratio of medians "
           f"{_pct(all_llama, 50) / _pct(all_nocache, 50):.0f}x")
+    print(f"accept_token median {_pct(all_accept, 50) * 1e3:.1f} us, p99 {_pct(all_accept, 99) * 1e3:.0f} us "
+          f"(llama.cpp's llama_sampler_accept median {_pct(all_accept_c, 50) * 1e3:.1f} us)")
     return 0
 
 

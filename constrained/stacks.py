@@ -40,6 +40,18 @@ def _upto_end(rule):  # noqa: ANN001, ANN202
         yield t
 
 
+class _AsciiTables(dict):
+    """Per class position, whether each ASCII code point matches (built on first use)."""
+
+    def __init__(self, rules: GrammarRules) -> None:
+        super().__init__()
+        self.rules = rules
+
+    def __missing__(self, p: int) -> bytes:
+        t = self[p] = bytes(self.rules.match_char(p, c) for c in range(128))
+        return t
+
+
 class GrammarStateError(ConstrainedError, ValueError):
     """The element vectors are not a grammar llama.cpp could run (bad rule reference, stack on a non-terminal)."""
 
@@ -94,7 +106,7 @@ class GrammarRules:
             if t in _CLASS:
                 self.classes[p] = self._compile_class(p)
         # per class position, whether each ASCII code point matches (a fast path for allows)
-        self.ascii_ok = {p: bytes(self.match_char(p, c) for c in range(128)) for p in self.classes}
+        self.ascii_ok = _AsciiTables(self)
         self._advance_memo: dict[Stack, Stacks] = {}
         self._next_memo: dict[Stack, Stacks] = {}
         self._canon_memo: dict[Stack, tuple] = {}
