@@ -328,6 +328,11 @@ def format_gbnf(rules: tuple[tuple[Element, ...], ...], rule_names: tuple[str, .
     exactly the elements it came from; an empty alternative prints as ``""``, which adds no element).
     """
     names = _printable_names(rule_names)
+    used = {v for rule in rules for k, v in rule if k in (TEXT_TOKEN, TEXT_TOKEN_NOT)}
+    # a token reference whose element a {0} removed still has to tokenize, as llama.cpp resolves it while
+    # parsing: keep it as "<text>{0}", which adds neither an element nor a rule
+    unused = "".join(f" {token_texts[i].decode('utf-8', 'surrogateescape')}{{0}}"
+                     for i in range(len(token_texts)) if i not in used)
     lines = []
     for rid, rule in enumerate(rules):
         alternatives: list[list[Element]] = [[]]
@@ -339,5 +344,5 @@ def format_gbnf(rules: tuple[tuple[Element, ...], ...], rule_names: tuple[str, .
             else:
                 alternatives[-1].append((kind, value))
         body = " | ".join(_format_alternative(a, names, token_texts) for a in alternatives)
-        lines.append(f"{names[rid]} ::= {body}")
+        lines.append(f"{names[rid]} ::= {body}{unused if rid == 0 else ''}")
     return "\n".join(lines) + "\n"

@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from constrained.grammar import Grammar  # noqa: E402
-from tests.test_gbnf_parser import _grammars, check_parity, llama_verdict  # noqa: E402
+from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars  # noqa: E402
+from tests.test_gbnf_parser import check_parity, llama_verdict  # noqa: E402
 
 
 def main() -> None:
@@ -50,10 +51,14 @@ def main() -> None:
     t = time.time()
     settings_ = settings(max_examples=n, deadline=None, database=None,
                          suppress_health_check=list(HealthCheck))
-    given(_grammars())(settings_(lambda text: one(text)))()
-    n_generated = counts["compared"]
-    given(st.binary(max_size=120).map(lambda b: b"root ::= " + b))(settings_(lambda text: one(text)))()
-    print(f"generated grammars: {n_generated} compared; random bytes: {counts['compared'] - n_generated}")
+    marks = []
+    for strategy in (valid_gbnf_grammars(), gbnf_grammars(), st.binary(max_size=120).map(lambda b: b"root ::= " + b)):
+        given(strategy)(settings_(lambda text: one(text)))()
+        marks.append(dict(counts))
+    for name, before, after in zip(("valid-ish grammars", "invalid-ish grammars", "random bytes"),
+                                   [{"compared": 0, "accepted": 0}] + marks[:-1], marks, strict=True):
+        print(f"{name}: {after['compared'] - before['compared']} compared, "
+              f"{after['accepted'] - before['accepted']} accepted")
     print(f"{counts['compared']} grammars compared with llama.cpp (verdict + error message), "
           f"{counts['accepted']} accepted, {counts['printed']} printed back and accepted by llama.cpp "
           f"in {time.time() - t:.0f} s")

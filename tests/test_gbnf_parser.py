@@ -25,6 +25,7 @@ from constrained.errors import GrammarLimitError, GrammarSyntaxError
 from constrained.gbnf import GbnfLimits, parse_gbnf
 from constrained.grammar import Grammar
 from constrained.ir import ElementType
+from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars
 from tests.oracle.sdist import llama_cpp_source, vocab_gguf
 
 # ---------------------------------------------------------------------------------------------- C++ extraction
@@ -377,41 +378,15 @@ def test_custom_roots_match_llama(oracle):
         check_parity(oracle, text, root)
 
 
-_NAMES = st.sampled_from(["root", "a", "b", "c-d", "1x", "root"])
-_CHARS = st.sampled_from(["a", "é", "\\n", "\\x41", "\\u00E9", "\\q", "\\", '\\"', "-", "]", "^", "\\]", "ß", " "])
-
-
-def _items(depth: int) -> st.SearchStrategy[str]:
-    atoms = [
-        st.lists(_CHARS, max_size=3).map(lambda cs: '"' + "".join(cs) + '"'),
-        st.tuples(st.booleans(), st.lists(_CHARS, max_size=4)).map(lambda t: "[" + "^" * t[0] + "".join(t[1]) + "]"),
-        _NAMES, st.just("."), st.sampled_from(["<[5]>", "!<[7]>", "<s>", "<[99999999999]>"]),
-    ]
-    if depth > 0:
-        atoms.append(st.lists(st.lists(st.deferred(lambda: _items(depth - 1)), max_size=3).map(" ".join),
-                              min_size=1, max_size=3).map(lambda alts: "(" + " | ".join(alts) + ")"))
-    reps = st.sampled_from(["", "", "*", "+", "?", "{2}", "{0,3}", "{1,}", "{ 2 , 4 }", "{0}", "{,3}", "{2001}",
-                            "{0,2001}", "{40}", "{0,60}"])
-    return st.tuples(st.one_of(atoms), st.lists(reps, max_size=2).map("".join)).map("".join)
-
-
-_SEPARATORS = st.sampled_from([" ", " ", " ", "\n", "  # c\n ", "\t"])
-
-
-@st.composite
-def _grammars(draw) -> str:
-    lines = []
-    for _ in range(draw(st.integers(1, 4))):
-        alts = draw(st.lists(st.lists(_items(2), max_size=4), min_size=1, max_size=3))
-        body = " | ".join(draw(_SEPARATORS).join(a) for a in alts)
-        sep = draw(st.sampled_from(["", " |\n  ", "\n| "]))
-        lines.append(f"{draw(_NAMES)} ::= {body}{sep}")
-    return "\n".join(lines)
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gbnf_grammars())
+def test_generated_grammars_match_llama(oracle, text):
+    check_parity(oracle, text)
 
 
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_grammars())
-def test_generated_grammars_match_llama(oracle, text):
+@given(valid_gbnf_grammars())
+def test_generated_valid_grammars_match_llama(oracle, text):
     check_parity(oracle, text)
 
 
