@@ -13,7 +13,8 @@ from .chain import Sampler
 from .params import Params
 from .probs import TokenProbs, logprob, token_probs
 
-_LAZY = {"S2Params": ("sampler.s2", "S2Params"), "S2Sampler": ("sampler.s2", "S2Sampler")}
+_LAZY = {"S2Params": ("sampler.s2", "S2Params"), "S2Sampler": ("sampler.s2", "S2Sampler"),
+         "Mt19937": ("sampler.rng", "Mt19937")}
 
 
 def __getattr__(name: str):  # PEP 562
