@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SchemaError
 from . import nodes as _nodes
-from ._gbnf import productive_rules, read_gbnf
+from ._gbnf import inverted_repetitions, productive_rules, read_gbnf
 from ._json import load, u
 from .converter import Converter
 from .nodes import KEYWORDS, SELECTORS, Keyword
@@ -100,6 +100,32 @@ def _unproductive_ref_path(doc: _nodes.Document) -> str:
     return "#"
 
 
+def _inverted_path(doc: _nodes.Document) -> str:
+    """The string or integer node whose lengths, pattern or bounds give a {m,n} with n < m, or '#'."""
+    import re
+
+    from ._rules import int_range_body
+
+    def inverted(text: str) -> bool:
+        return any(int(b_) < int(a_) for a_, b_ in re.findall(r"\{\s*(\d+)\s*,\s*(\d+)\s*\}", text))
+
+    for n in doc.nodes:
+        if n.kind == _nodes.INTEGER and (n.minimum, n.maximum) != (_nodes.INT64_MIN, _nodes.INT64_MAX):
+            try:
+                if inverted(int_range_body(n.minimum, n.maximum, n.path)):
+                    return u(n.path)
+            except SchemaError:
+                pass
+        if n.kind != _nodes.STRING:
+            continue
+        if n.pattern:
+            if inverted(n.pattern):
+                return u(n.path)
+        elif n.format == _nodes.FORMAT_NONE and 0 <= n.max_length < n.min_length:
+            return u(n.path)
+    return "#"
+
+
 def convert_json_schema(schema: Any) -> SchemaConversion:
     """Convert a schema (dict, JSON text or bytes, or a pydantic model class) and report what is not enforced.
 
@@ -114,7 +140,7 @@ def convert_json_schema(schema: Any) -> SchemaConversion:
         try:
             doc = _nodes.build_document(value)
             conv = Converter()
-            conv.visit(doc.root, "")
+            top = conv.visit(doc.root, "")
         except RecursionError:
             raise SchemaError("JSON schema is nested too deeply to convert", path="#") from None
     conv.check_errors()
@@ -123,11 +149,21 @@ def convert_json_schema(schema: Any) -> SchemaConversion:
         rules = read_gbnf(text)
     except (ValueError, IndexError):
         rules = None  # text outside the reader's subset (a user pattern): llama.cpp's parser will judge it
+    if rules is not None and inverted_repetitions(rules):
+        name, m, n = inverted_repetitions(rules)[0]
+        path = _inverted_path(doc)
+        raise SchemaError(f"JSON schema error at {path}: the grammar has the repetition {{{m},{n}}} (rule {name}), "
+                          "which llama.cpp's grammar parser never finishes loading (a minimum above its maximum, "
+                          "or an integer bound of more than 16 digits)", path=path)
     if rules is not None and "root" not in productive_rules(rules):
         path = _unproductive_ref_path(doc)
         raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
                           "or contradictory bounds)", path=path)
     unenforced = collect(doc, conv, value)
+    if top != "root":
+        # a property named "" at the top level is also named "root" and takes the rule first
+        unenforced = (UnenforcedKeyword("#", "properties", f"the root rule is not this schema: a sub-schema took the "
+                                        f"name root first, the schema itself became {u(top)}"),) + unenforced
     return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings))
 
 

@@ -145,6 +145,23 @@ def read_gbnf(text: str) -> dict[str, Alts]:
     return rules
 
 
+def inverted_repetitions(rules: dict[str, Alts]) -> list[tuple[str, int, int]]:
+    """(rule, m, n) for every ``{m,n}`` with n < m: llama.cpp's grammar parser never finishes loading those."""
+    out: list[tuple[str, int, int]] = []
+
+    def walk(name: str, alts: Alts) -> None:
+        for seq in alts:
+            for it in seq:
+                if it.hi is not None and it.hi < it.lo:
+                    out.append((name, it.lo, it.hi))
+                if it.kind == "group":
+                    walk(name, it.value)  # type: ignore[arg-type]
+
+    for name, alts in rules.items():
+        walk(name, alts)
+    return out
+
+
 def _class_nonempty(ranges: tuple[tuple[int, int], ...], neg: bool) -> bool:
     if not neg:
         return any(lo <= hi for lo, hi in ranges)
@@ -162,6 +179,8 @@ def productive_rules(rules: dict[str, Alts]) -> set[str]:
     good: set[str] = set()
 
     def item_ok(it: Item) -> bool:
+        if it.hi is not None and it.hi < it.lo:
+            return False
         if it.lo == 0 or it.kind == "lit":
             return True
         if it.kind == "cls":

@@ -66,7 +66,14 @@ def is_number(value: Any) -> bool:
 
 def _parse_int(text: str) -> int | float:
     value = int(text)
-    return value if INT64_MIN <= value <= UINT64_MAX else float(text)
+    return value if INT64_MIN <= value <= UINT64_MAX else _parse_float(text)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number overflow parsing '{text}'")  # nlohmann refuses it too
+    return value
 
 
 def _reject_constant(name: str) -> Any:
@@ -90,7 +97,8 @@ def normalize(value: Any, depth: int = 0) -> Any:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError as e:
-            raise SchemaError(f"JSON schema contains a string that is not valid Unicode: {e}", path="#") from None
+            raise SchemaError(f"JSON schema is not valid JSON: a string is not valid Unicode ({e})",
+                              path="#") from None
         return value
     if isinstance(value, dict):
         out = {}
@@ -122,7 +130,8 @@ def load(schema: Any) -> Any:
             raise SchemaError(f"JSON schema is not valid UTF-8: {e}", path="#") from None
     if isinstance(schema, str):
         try:
-            schema = json.loads(schema, parse_int=_parse_int, parse_constant=_reject_constant)
+            schema = json.loads(schema, parse_int=_parse_int, parse_float=_parse_float,
+                                parse_constant=_reject_constant)
         except (ValueError, RecursionError) as e:
             raise SchemaError(f"JSON schema is not valid JSON: {e}", path="#") from None
     return normalize(schema)

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from ._json import INT_MAX
@@ -73,14 +74,28 @@ def _stoi(text: str) -> int:
     return value
 
 
-def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str], dotall: bool = False) -> str:
-    """Add the rule for ``pattern`` under ``name`` (sub-rules ``name-N``); returns the rule name."""
+def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str], dotall: bool = False,
+                    quirks: list[str] | None = None) -> str:
+    """Add the rule for ``pattern`` under ``name`` (sub-rules ``name-N``); returns the rule name.
+
+    ``quirks`` (if given) receives a note for each place where llama.cpp's grammar means something else than the
+    regex: a quantifier that applies to a whole run of literal characters, or to the last byte of a UTF-8 character.
+    """
+    notes = quirks if quirks is not None else []
     if len(pattern) < 2 or pattern[0] != "^" or pattern[-1] != "$":
         raise UnsupportedPattern("not anchored with '^' and '$'")
     sub = pattern[1:-1]
     length = len(sub)
     sub_rule_ids: dict[str, str] = {}
-    state = {"i": 0, "depth": 0}
+    state = {"i": 0, "depth": 0, "atoms": 0}
+
+    def check_quantifier(item: tuple[str, bool], op: str) -> None:
+        if not item[1]:
+            return
+        if state["atoms"] > 1:
+            notes.append(f"the quantifier {op} applies to the whole literal {item[0]!r}, not to its last character")
+        elif item[0] and 0x80 <= ord(item[0][0]) < 0xC0:
+            notes.append(f"the quantifier {op} applies to the last byte of a UTF-8 character only")
 
     def to_rule(item: tuple[str, bool]) -> str:
         return f'"{item[0]}"' if item[1] else item[0]
@@ -152,6 +167,7 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
             elif c in "*+?":
                 if not seq:
                     raise InvalidPattern("nothing to repeat")
+                check_quantifier(seq[-1], c)
                 seq[-1] = (to_rule(seq[-1]) + c, False)
                 state["i"] += 1
             elif c == "{":
@@ -180,6 +196,9 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                 if not seq:
                     raise InvalidPattern("nothing to repeat")
                 text, is_lit = seq[-1]
+                check_quantifier(seq[-1], curly + "}")
+                if not re.fullmatch(r"[0-9]+(,[0-9]*)?", curly[1:]):
+                    notes.append(f"{curly}}} is read as a repetition, where a regex (ECMA-262) reads it literally")
                 if not is_lit:
                     sub_id = sub_rule_ids.get(text)
                     if sub_id is None:
@@ -190,7 +209,9 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                 seq[-1] = (build_repetition(f'"{text}"' if is_lit else text, min_times, max_times, ""), False)
             else:
                 literal = ""
+                atoms = 0
                 while i < length:
+                    atoms += 1
                     ch = sub[i]
                     if ch == "\\":
                         if i == length - 1:
@@ -213,8 +234,10 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                         literal += ch
                         i += 1
                     else:
+                        atoms -= 1
                         break
                 state["i"] = i
+                state["atoms"] = atoms
                 if not literal:
                     raise UnsupportedPattern("unsupported character: " + c)
                 seq.append((literal, True))

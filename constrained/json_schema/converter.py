@@ -156,11 +156,14 @@ class Converter:
                 for v in comp.values:
                     lit = format_literal(dump(v))
                     enum_counts[lit] = enum_counts.get(lit, 0) + 1
-            else:
+            elif comp.kind != N.ANY:
                 self.ignored.append(Diagnostic(where, f"an allOf member of kind {comp.kind} is ignored", "allOf"))
 
         for child in node.children:
             if child.kind == N.ANY_OF:
+                self.ignored.append(Diagnostic(child.path, "inside allOf the alternatives' properties are merged as "
+                                               "optional: that one alternative must match is not enforced",
+                                               "oneOf" if "oneOf" in child.consumed else "anyOf"))
                 for alt in child.children:
                     add_component(alt, False, alt.path)
             else:
@@ -169,6 +172,8 @@ class Converter:
             inter = [lit for lit in sorted(enum_counts) if enum_counts[lit] == len(node.children)]
             if inter:
                 return self.add_rule(rule_name, "(" + " | ".join(inter) + ")")
+            self.ignored.append(Diagnostic(node.path, "the enum members have no value in common: no value satisfies "
+                                           "the allOf, yet the grammar accepts an object", "allOf"))
         return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None))
 
     def visit_const(self, node: N.Node, name: str, rule_name: str) -> str:
@@ -273,8 +278,11 @@ class Converter:
     def visit_pattern(self, node: N.Node, rule_name: str) -> str:
         # as _visit_pattern: a failed conversion leaves no rules behind
         snapshot = dict(self.rules)
+        quirks: list[str] = []
         try:
-            return pattern_to_rule(node.pattern, rule_name, self.add_rule, self.dotall)
+            result = pattern_to_rule(node.pattern, rule_name, self.add_rule, self.dotall, quirks)
+            self.ignored.extend(Diagnostic(node.path, q, "pattern") for q in quirks)
+            return result
         except UnsupportedPattern as e:
             self.rules = snapshot
             self.warnings.append(Diagnostic(node.path, f"pattern {node.pattern} is not supported ({e}), "

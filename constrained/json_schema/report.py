@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import nodes as N
-from ._json import u
+from ._json import INT64_MAX, INT64_MIN, u, wrap_int
 from .converter import Converter
 
 
@@ -119,6 +119,14 @@ class _Reporter:
         else:
             self.leftovers(node, path, "")
             getattr(self, f"extra_{kind}", lambda n, p, s: None)(node, path, s)
+            self.truncated_counts(node, path, s)
+
+    def truncated_counts(self, node: N.Node, path: str, s: dict) -> None:
+        """llama.cpp reads counts with get<int>(): a value past 2**31 wraps around."""
+        for kw in ("minLength", "maxLength", "minItems", "maxItems"):
+            value = s.get(kw)
+            if isinstance(value, int) and not isinstance(value, bool) and wrap_int(value, 32) != value:
+                self.add(path, kw, f"{value} is read as {wrap_int(value, 32)} (llama.cpp truncates it to 32 bits)")
 
     def extra_object(self, node: N.Node, path: str, s: dict) -> None:
         req = s.get("required")
@@ -135,6 +143,7 @@ class _Reporter:
 
     def extra_string(self, node: N.Node, path: str, s: dict) -> None:
         if node.pattern:
+            self.pattern_escapes(node, path)
             for kw in ("format", "minLength", "maxLength"):
                 if kw in s:
                     self.add(path, kw, "ignored: the pattern takes precedence")
@@ -147,9 +156,51 @@ class _Reporter:
         if node.max_length >= 0 and node.min_length > node.max_length and not node.pattern:
             self.add(path, "minLength", "minLength > maxLength: no string satisfies both")
 
+    def pattern_escapes(self, node: N.Node, path: str) -> None:
+        """A converted pattern is matched on the raw text between the quotes: a '"', a backslash or a control
+        character it allows is written unescaped, so the output may not even be JSON."""
+        from ._gbnf import Item, read_gbnf
+        from ._pattern import InvalidPattern, UnsupportedPattern, pattern_to_rule
+
+        rules: dict[str, str] = {}
+
+        def add_rule(name: str, body: str) -> str:
+            rules[name] = body
+            return name
+
+        try:
+            top = pattern_to_rule(node.pattern, "p", add_rule)
+            parsed = read_gbnf("".join(f"{k} ::= {v}\n" for k, v in rules.items()))
+        except (UnsupportedPattern, InvalidPattern, ValueError, IndexError):
+            return
+        bad = {34, 92, *range(0x20)}
+
+        def risky(it: Item) -> bool:
+            if it.kind == "lit":
+                return any(ord(c) in bad for c in it.value)  # type: ignore[union-attr]
+            if it.kind == "cls":
+                ranges, neg = it.value  # type: ignore[misc]
+                inside = [any(lo <= c <= hi for lo, hi in ranges) for c in bad]
+                return not all(inside) if neg else any(inside)
+            if it.kind == "group":
+                return any(risky(x) for seq in it.value for x in seq)  # type: ignore[union-attr]
+            return False
+
+        for name, alts in parsed.items():
+            for seq in alts:
+                items = seq[1:-1] if name == top else seq  # the rule's own opening and closing quotes
+                if any(risky(x) for x in items):
+                    self.add(path, "pattern", "the pattern allows '\"', '\\' or control characters, which llama.cpp "
+                                              "writes unescaped inside the JSON string: the output may not be JSON")
+                    return
+
     def extra_any(self, node: N.Node, path: str, s: dict) -> None:
         if "format" in s and isinstance(s["format"], str):
             self.add(path, "format", f"format {u(s['format'])} is not supported (date, time, date-time, uuid only)")
+
+    def extra_array(self, node: N.Node, path: str, s: dict) -> None:
+        if 0 <= node.max_items < node.min_items:
+            self.add(path, "minItems", "minItems > maxItems: no array satisfies both, the grammar does not say so")
 
     def extra_integer(self, node: N.Node, path: str, s: dict) -> None:
         for inc, exc, up in (("minimum", "exclusiveMinimum", True), ("maximum", "exclusiveMaximum", False)):
@@ -158,8 +209,28 @@ class _Reporter:
                 tighter = (math.floor(e) + 1 > math.ceil(i)) if up else (math.ceil(e) - 1 < math.floor(i))
                 if tighter:
                     self.add(path, exc, f"ignored: {inc} is given too")
+        for inc, exc, got, up in (("minimum", "exclusiveMinimum", node.minimum, True),
+                                  ("maximum", "exclusiveMaximum", node.maximum, False)):
+            key = inc if inc in s else exc if exc in s else None
+            raw = s.get(key) if key else None
+            if isinstance(raw, (int, float)) and not isinstance(raw, bool):
+                want = (math.ceil(raw) if up else math.floor(raw)) if key == inc else \
+                    (math.floor(raw) + 1 if up else math.ceil(raw) - 1)
+                if want != got:
+                    shown = {INT64_MIN: "no bound", INT64_MAX: "no bound"}.get(got, str(got))
+                    self.add(path, key, f"{raw} is read as {shown} (llama.cpp converts it to a 64-bit integer)")
         if node.minimum > node.maximum:
             self.add(path, "minimum", "minimum > maximum: no integer satisfies both, the grammar does not say so")
+            return
+        if (node.minimum, node.maximum) != (INT64_MIN, INT64_MAX):
+            bad = integer_range_leaks(node.minimum, node.maximum)
+            if bad is not None:
+                low = bad.startswith("-") if bad.lstrip("-").startswith("0") else int(bad) < node.minimum
+                order = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+                for k in (order if low else order[2:] + order[:2]):
+                    if k in s:
+                        self.add(path, k, f"llama.cpp's digit-by-digit range also accepts {bad}")
+                        break
 
     def extra_tuple(self, node: N.Node, path: str, s: dict) -> None:
         n = len(node.children)
@@ -173,13 +244,59 @@ class _Reporter:
                     del self.out[key]  # the tuple's fixed length satisfies it anyway
 
 
+def _probes(bound: int) -> set[int]:
+    digits = str(abs(bound))
+    out = {bound - 1, bound, bound + 1}
+    for p in range(1, len(digits) + 1):
+        head = int(digits[:p])
+        for v in (head - 1, head, head + 1):
+            for shift in range(0, len(digits) - p + 2):
+                out.update((v * 10**shift, -v * 10**shift))
+    for k in range(0, 19):
+        out.update((10**k - 1, 10**k, 10**k + 1, -(10**k - 1), -(10**k), -(10**k + 1)))
+    return out
+
+
+def integer_range_leaks(minimum: int, maximum: int) -> str | None:
+    """Text that llama.cpp's range grammar accepts although it is an integer outside [minimum, maximum], or not a
+    JSON number at all (a leading zero); probed around the bounds' digit prefixes and the powers of ten. None if no
+    probe leaks."""
+    import re
+
+    from ._rules import int_range_body
+
+    try:
+        body = int_range_body(minimum, maximum, "#")
+    except Exception:
+        return None
+    rx = []
+    for tok in re.findall(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|[()|]', body):
+        rx.append(re.escape(tok[1:-1]) if tok.startswith('"') else tok)
+    try:
+        pattern = re.compile("".join(rx))
+    except re.error:
+        return None
+    probes = set()
+    for b in (minimum, maximum):
+        if b not in (INT64_MIN, INT64_MAX):
+            probes |= _probes(b)
+    for v in sorted(probes, key=abs):
+        if not (minimum <= v <= maximum) and len(str(abs(v))) <= 16 and pattern.fullmatch(str(v)):
+            return str(v)
+    for v in sorted(probes, key=abs):
+        for text in (f"0{abs(v)}", f"-0{abs(v)}"):
+            if len(text) <= 17 and pattern.fullmatch(text):
+                return text  # a leading zero: not even a JSON number
+    return None
+
+
 def collect(doc: N.Document, conv: Converter, root_schema: Any) -> tuple[UnenforcedKeyword, ...]:
     """The unenforced keywords of a converted document, in schema build order."""
     r = _Reporter(root_schema)
     for node in doc.nodes:
         r.node(node)
     for d in conv.warnings:
-        r.add(d.path, d.keyword or "pattern", d.message)
+        r.add(d.path, d.keyword or "pattern", u(d.message))
     for d in conv.ignored:
-        r.add(d.path, d.keyword, d.message)
+        r.add(d.path, d.keyword, u(d.message))
     return tuple(r.out.values())

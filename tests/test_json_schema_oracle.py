@@ -1,0 +1,221 @@
+"""JSON schema → GBNF against llama.cpp itself.
+
+- all cases of llama.cpp's tests/test-json-schema-to-grammar.cpp, read from the sdist at test time;
+- our table and hypothesis-generated schemas against ``json_schema_to_grammar`` called through our C++ shim over the
+  wheel's libllama-common.so: the same text, or the same error message;
+- random documents drawn from our grammar are accepted by llama.cpp's grammar sampler, and validate with jsonschema
+  whenever the schema uses no unenforced keyword.
+
+Where we knowingly differ from llama.cpp (a grammar that accepts nothing, an allOf that recurses until llama.cpp's
+stack overflows) the test checks the reason instead: llama.cpp's grammar must be empty, and the crash case is never
+sent to the shim.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from constrained.errors import SchemaError
+from constrained.json_schema import convert_json_schema, json_mode_gbnf, server_json_schema
+from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf, sample
+from constrained.validate import validate
+from tests.json_schema_cases import ours, trim, upstream_cases
+from tests.json_schema_strategies import schemas
+from tests.json_schema_table import TABLE
+from tests.oracle.schema import OTHER_EXCEPTION, oracle_convert
+
+CASES = upstream_cases()
+WARNING_PREFIX = "WARNING: JSON schema conversion was incomplete: "
+COUNTS: dict[str, int] = {}
+
+
+def _count(key: str) -> None:
+    COUNTS[key] = COUNTS.get(key, 0) + 1
+
+
+def _text(schema: object) -> str:
+    return schema if isinstance(schema, str) else json.dumps(schema, ensure_ascii=False)
+
+
+def _never_send_to_oracle(message: str) -> bool:
+    """Schemas on which llama.cpp would crash the test process (stack overflow) or that exceed our limits."""
+    return "recurse forever" in message or "too deeply" in message or "too large" in message
+
+
+def compare_with_oracle(schema: object) -> str:
+    """Ours vs llama.cpp's converter: 'same' (text or error), or the checked reason we differ."""
+    text = _text(schema)
+    status, result = ours(text)
+    if status == 1 and _never_send_to_oracle(result):
+        return "crash-avoided"
+    o = oracle_convert(text)
+    if o.status == OTHER_EXCEPTION:  # nlohmann could not parse the JSON text
+        assert status == 1 and result.startswith("JSON schema is not valid JSON"), (text, o.text, result)
+        return "same"
+    if status == 1 and "never finishes loading" in result:
+        # llama.cpp returns a grammar with a {m,n}, n < m, that its own grammar parser loops on
+        assert o.ok and inverted_repetitions(read_gbnf(o.text)), (text, o.text)
+        return "hang-refused"
+    if status == 1 and "the grammar accepts nothing" in result:
+        # llama.cpp returns a grammar here: it must be one that accepts nothing
+        assert o.ok, (text, o.text)
+        assert "root" not in productive_rules(read_gbnf(o.text)), (text, o.text)
+        return "empty-refused"
+    assert (o.status, o.text) == (status, result), f"\nschema: {text}\nllama.cpp: {o.text}\nours:      {result}"
+    if o.ok:
+        conv = convert_json_schema(text)
+        expected_warning = (WARNING_PREFIX + "; ".join(conv.warnings) + "\n") if conv.warnings else ""
+        assert o.warnings == expected_warning, (text, o.warnings, conv.warnings)
+    return "same"
+
+
+# ---- llama.cpp's own test cases ---------------------------------------------------------------------------------
+
+def test_upstream_case_count() -> None:
+    assert len(CASES) == 81
+    assert sum(c.success for c in CASES) == 78
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_upstream_case(case) -> None:  # noqa: ANN001
+    status, result = ours(case.schema)
+    if case.success:
+        assert status == 0, result
+        assert trim(result) == trim(case.expected)
+    else:
+        assert status == 1
+        assert result.startswith("JSON schema conversion failed:\n")
+    assert compare_with_oracle(case.schema) == "same"
+
+
+# ---- our table ----------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("schema", TABLE, ids=[f"t{i}" for i in range(len(TABLE))])
+def test_table_against_oracle(schema) -> None:  # noqa: ANN001
+    _count("table:" + compare_with_oracle(schema))
+
+
+def test_table_size() -> None:
+    assert len(TABLE) >= 250
+
+
+# ---- integer ranges, exhaustively over small bounds and at random over large ones ------------------------------
+
+def _int_bounds() -> list[dict]:
+    rng = random.Random(6)
+    out = []
+    for _ in range(150):
+        s: dict = {"type": "integer"}
+        scale = rng.choice([10, 1000, 10**6, 10**12, 10**18])
+        if rng.random() < 0.8:
+            s["minimum"] = rng.randint(-scale, scale)
+        if rng.random() < 0.8 or "minimum" not in s:
+            s["maximum"] = rng.randint(-scale, scale)
+        out.append(s)
+    return out
+
+
+def test_integer_ranges_against_oracle() -> None:
+    results = [compare_with_oracle(s) for s in _int_bounds()]
+    assert set(results) <= {"same", "empty-refused", "hang-refused"}
+    assert results.count("same") >= 100
+
+
+# ---- hypothesis ---------------------------------------------------------------------------------------------------
+
+@settings(max_examples=320, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(schemas())
+def test_generated_schemas_against_oracle(schema) -> None:  # noqa: ANN001
+    _count("hypothesis:" + compare_with_oracle(schema))
+
+
+# ---- JSON mode ----------------------------------------------------------------------------------------------------
+
+def test_json_mode_is_the_server_grammar() -> None:
+    # llama-server: an empty schema means any object, for /completion and for response_format json_object
+    assert server_json_schema({}) == {"type": "object"}
+    o = oracle_convert(server_json_schema({}))
+    assert o.ok and json_mode_gbnf() == o.text
+    assert "root ::= object\n" in json_mode_gbnf()
+    assert server_json_schema({"type": "string"}) == {"type": "string"}
+
+
+# ---- documents drawn from our grammars, through llama.cpp's grammar sampler -------------------------------------
+
+@pytest.fixture(scope="module")
+def gpt2():
+    from tests.oracle.llama import vocab_model
+    from tests.oracle.sdist import vocab_gguf
+
+    vm = vocab_model(vocab_gguf("gpt-2"))
+    from tests.oracle.llama import L
+
+    return vm, L.llama_vocab_eos(vm.vocab)
+
+
+def _accepted_by_llama(vm, eos: int, gbnf: str, doc: str) -> bool | None:  # noqa: ANN001
+    """True/False: llama.cpp's grammar accepts the whole document then allows end of generation; None: the vocab
+    cannot spell the document token by token."""
+    from tests.oracle.llama import CGrammar
+
+    data = doc.encode("utf-8")
+    toks = vm.tokenize(data, False)
+    if b"".join(vm.piece(t) for t in toks) != data:
+        return None
+    with CGrammar(vm, gbnf) as g:
+        for t in toks:
+            if not g.allows(t):
+                return False
+            g.accept(t)
+        return g.allows(eos)
+
+
+def _doc_schemas() -> list:
+    out = []
+    for s in TABLE:
+        try:
+            conv = convert_json_schema(s)
+        except ValueError:
+            continue
+        out.append((s, conv))
+    return out
+
+
+def test_documents_accepted_by_llama_and_valid(gpt2) -> None:  # noqa: ANN001
+    vm, eos = gpt2
+    rng = random.Random(1234)
+    checked = valid_checked = 0
+    for schema, conv in _doc_schemas():
+        rules = read_gbnf(conv.gbnf)
+        try:
+            from tests.oracle.llama import CGrammar
+
+            CGrammar(vm, conv.gbnf).free()
+        except ValueError:  # llama.cpp refuses it (left recursion): nothing to draw from
+            continue
+        for _ in range(3):
+            doc = sample(rules, rng, budget=12)
+            verdict = _accepted_by_llama(vm, eos, conv.gbnf, doc)
+            if verdict is None:
+                continue
+            assert verdict, (schema, doc)
+            checked += 1
+            if not conv.unenforced:
+                try:
+                    issues = validate(doc, schema)
+                except SchemaError:  # llama.cpp converts it, but it is not a valid JSON schema
+                    continue
+                assert not issues, (schema, doc, issues)
+                valid_checked += 1
+    COUNTS["documents accepted by llama.cpp"] = checked
+    COUNTS["documents validated"] = valid_checked
+    assert checked >= 400 and valid_checked >= 250
+
+
+def test_zz_report_counts() -> None:
+    print("\njson schema oracle counts:", dict(sorted(COUNTS.items())))
