@@ -165,7 +165,7 @@ class Sampler:
         a = np.asarray(logits)
         if a.ndim != 1:
             raise ValueError(f"logits must be a 1-D array, got shape {a.shape}")
-        if a.dtype.kind not in "fiu":
+        if a.dtype.kind != "f":
             raise ValueError(f"logits must be a float array, got dtype {a.dtype}")
         a = a.astype(np.float32, copy=False)
         if self.n_vocab is not None and len(a) != self.n_vocab:
@@ -186,8 +186,14 @@ class Sampler:
         return cand
 
     def sample(self, logits: Any) -> int:
-        """Run the chain on raw logits and return the selected token id (``common_sampler_sample``, no grammar)."""
-        a = self._logits(logits)
+        """Run the chain on raw logits and return the selected token id (``common_sampler_sample``, no grammar).
+
+        Raises:
+            ValueError: logits that are not a 1-D float array of the vocabulary's size, or that contain NaN.
+        """
+        return self._sample(self._logits(logits))
+
+    def _sample(self, a: np.ndarray) -> int:
         c = self._run(Candidates.from_logits(a, copy=False))
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)
@@ -205,7 +211,7 @@ class Sampler:
             ValueError: nothing selectable (llama.cpp's "no selected token during sampling ..." assertion).
         """
         a = self._logits(logits)
-        tok = self.sample(a)
+        tok = self._sample(a)
         if allows(tok):
             return tok, False
         m = np.asarray(mask(), dtype=bool)
@@ -243,7 +249,8 @@ class Sampler:
                 st.reset()
 
     def clone(self) -> Sampler:
-        """An independent copy with the same state (generators included)."""
+        """An independent copy with the same state, as ``llama_sampler_clone`` of the chain: generators and windows
+        are copied, except adaptive-p's generator, which llama.cpp re-creates from the seed."""
         s = copy.copy(self)
         s.steps = [st.clone() for st in self.steps] if self.steps is not None else None
         s._pending = list(self._pending)

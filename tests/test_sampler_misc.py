@@ -38,7 +38,7 @@ def test_logf_vec_matches_glibc() -> None:
 
 
 @pytest.mark.parametrize("bad", [np.zeros((2, 3), np.float32), np.array(["a", "b"]), np.array([0.0, np.nan]),
-                                 np.zeros(0, np.float32)])
+                                 np.zeros(0, np.float32), np.arange(4), [[0.0]], "abc"])
 def test_bad_logits(bad: np.ndarray) -> None:
     s = Sampler(Params(seed=1))
     with pytest.raises(ValueError):
