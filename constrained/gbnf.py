@@ -23,7 +23,7 @@ from typing import Any
 from lark import Lark, Transformer, UnexpectedInput, UnexpectedToken
 from lark.lark import PostLex
 
-from .errors import GrammarLimitError, GrammarSyntaxError
+from ._gbnf_text import Fail, at, char_class, error_at, int_value, literal, scan_quoted, scan_token, to_bytes
 from .ir import TEXT_TOKEN, TEXT_TOKEN_NOT, Element, ElementType
 
 __all__ = ["DEFAULT_LIMITS", "GbnfLayout", "GbnfLimits", "MAX_REPETITION_THRESHOLD", "error_at", "parse_gbnf",
@@ -75,178 +75,7 @@ class GbnfLayout:
     text: bytes
 
 
-class _Fail(Exception):
-    """An error at a byte offset, turned into a GrammarSyntaxError with line/column by :func:`parse_gbnf`."""
-
-    def __init__(self, message: str, pos: int, *, limit: bool = False) -> None:
-        super().__init__(message)
-        self.message, self.pos, self.limit = message, pos, limit
-
-
-# ---------------------------------------------------------------------------------------------- positions
-
-def to_bytes(text: str | bytes) -> bytes:
-    """The bytes llama.cpp would see for ``text`` (UTF-8; ``surrogateescape`` round-trips decoded bytes)."""
-    if isinstance(text, (bytes, bytearray, memoryview)):
-        return bytes(text)
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
-
-
-def error_at(data: bytes, pos: int, message: str, *, limit: bool = False) -> GrammarSyntaxError:
-    """A GrammarSyntaxError (or GrammarLimitError) for byte offset ``pos`` of ``data``: 1-based line and
-    column (in characters; ``\\n``, ``\\r\\n`` and ``\\r`` end lines as in llama.cpp), source line and caret."""
-    pos = max(0, min(pos, len(data)))
-    head = data[:pos]
-    line_start = max(head.rfind(b"\n"), head.rfind(b"\r")) + 1
-    line = 1 + head.count(b"\n") + head.count(b"\r") - head.count(b"\r\n")
-    end = len(data)
-    for sep in (b"\n", b"\r"):
-        k = data.find(sep, pos)
-        if k != -1:
-            end = min(end, k)
-    column = len(data[line_start:pos].decode("utf-8", "replace")) + 1
-    source_line = data[line_start:end].decode("utf-8", "replace")
-    cls = GrammarLimitError if limit else GrammarSyntaxError
-    return cls(message, line=line, column=column, source_line=source_line)
-
-
-def _at(text: str, pos: int) -> str:
-    """llama.cpp's ``"... at " + src`` suffix, shortened."""
-    rest = text[pos:pos + 32]
-    if not rest:
-        return "at end of input"
-    shown = rest.encode("latin-1").decode("utf-8", "replace")
-    return f"at {shown!r}" + ("..." if len(text) - pos > 32 else "")
-
-
-# ---------------------------------------------------------------------------------------------- characters
-
-_UTF8_LEN = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)
-_HEX = frozenset("0123456789abcdefABCDEF")
-_SIMPLE_ESCAPES = {"t": 9, "r": 13, "n": 10, "\\": 92, '"': 34, "[": 91, "]": 93, "-": 45}
-
-
-def _decode_utf8(text: str, i: int) -> tuple[int, int]:
-    # as decode_utf8(const char *): no validation, stops at the end of the text
-    b = ord(text[i])
-    n = _UTF8_LEN[b >> 4]
-    value = b & ((1 << (8 - n)) - 1)
-    end = min(i + n, len(text))
-    j = i + 1
-    while j < end:
-        value = (value << 6) + (ord(text[j]) & 0x3F)
-        j += 1
-    return value, j
-
-
-def _parse_hex(text: str, start: int, size: int) -> tuple[int, int]:
-    # as parse_hex
-    digits = text[start:start + size]
-    if len(digits) != size or not _HEX.issuperset(digits):
-        raise _Fail(f"expecting {size} hex chars {_at(text, start)}", start)
-    return int(digits, 16), start + size
-
-
-def _parse_char(text: str, i: int) -> tuple[int, int]:
-    # as parse_char
-    c = text[i]
-    if c == "\\":
-        e = text[i + 1] if i + 1 < len(text) else ""
-        if e == "x":
-            return _parse_hex(text, i + 2, 2)
-        if e == "u":
-            return _parse_hex(text, i + 2, 4)
-        if e == "U":
-            return _parse_hex(text, i + 2, 8)
-        if e and e in _SIMPLE_ESCAPES:
-            return _SIMPLE_ESCAPES[e], i + 2
-        raise _Fail(f"unknown escape {_at(text, i)}", i)
-    if c < "\x80":
-        return ord(c), i + 1
-    return _decode_utf8(text, i)
-
-
-def _literal(text: str, start: int, end: int) -> tuple[Element, ...]:
-    """The CHAR elements of the literal ``text[start:end]`` (quotes included)."""
-    inner = text[start + 1:end - 1]
-    if "\\" not in inner and inner.isascii():
-        return tuple((_CHAR, ord(c)) for c in inner)
-    out = []
-    i, stop = start + 1, end - 1
-    while i < stop:
-        cp, i = _parse_char(text, i)
-        out.append((_CHAR, cp))
-    return tuple(out)
-
-
-def _char_class(text: str, start: int, end: int) -> tuple[Element, ...]:
-    """The elements of the class ``text[start:end]``, laid out as parse_sequence's ``[`` branch does."""
-    i, stop = start + 1, end - 1
-    first = _CHAR
-    if i < stop and text[i] == "^":
-        first = _CHAR_NOT
-        i += 1
-    out: list[Element] = []
-    while i < stop:
-        cp, i = _parse_char(text, i)
-        out.append((_CHAR_ALT if out else first, cp))
-        if text[i] == "-" and text[i + 1] != "]":
-            cp, i = _parse_char(text, i + 1)
-            out.append((_RNG, cp))
-    return tuple(out)
-
-
-def _int_value(digits: str) -> int | None:
-    """The integer value, or None beyond uint64 (std::stoull/stoul would throw out_of_range)."""
-    s = digits.lstrip("0")
-    if len(s) > 20:
-        return None
-    v = int(s or "0")
-    return v if v <= _U64_MAX else None
-
-
-# ---------------------------------------------------------------------------------------------- diagnostics
-
-def _scan_quoted(text: str, pos: int) -> _Fail:
-    """The exact llama.cpp error for a literal or class starting at ``pos`` that the lexer could not delimit."""
-    n = len(text)
-    close = '"' if text[pos] == '"' else "]"
-    i = pos + 1
-    if close == "]" and i < n and text[i] == "^":
-        i += 1
-    while i < n and text[i] != close:
-        _, i = _parse_char(text, i)
-        if close == "]" and i < n and text[i] == "-" and (i + 1 >= n or text[i + 1] != "]"):
-            if i + 1 >= n:
-                break
-            _, i = _parse_char(text, i + 1)
-    return _Fail("unexpected end of input", min(i, n))
-
-
-def _scan_token(text: str, pos: int) -> _Fail:
-    """The exact llama.cpp error for a token reference at ``pos`` (parse_token) that the lexer rejected."""
-    n = len(text)
-    i = pos + 1 if text[pos] == "!" else pos
-    if i >= n or text[i] != "<":
-        return _Fail(f"expecting '<' {_at(text, i)}", i)
-    i += 1
-    if i < n and text[i] == "[":
-        i += 1
-        j = i
-        while j < n and text[j].isdigit() and text[j].isascii():
-            j += 1
-        if j == i:
-            return _Fail(f"expecting integer {_at(text, i)}", i)
-        if j >= n or text[j] != "]":
-            return _Fail(f"expecting ']' {_at(text, j)}", j)
-        return _Fail(f"expecting '>' {_at(text, j + 1)}", j + 1)
-    return _Fail(f"expecting '>' {_at(text, n)}", n)
-
-
-def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
+def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> Fail:
     """Map a lark error to llama.cpp's message for the same place (``depth``: open parentheses there)."""
     if isinstance(err, UnexpectedToken):
         tok = err.token
@@ -259,9 +88,9 @@ def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
         expected = set(getattr(err, "allowed", ()) or ())
         c = text[pos]
         if (c == '"' and "STRING" in expected) or (c == "[" and "CLASS" in expected):
-            return _scan_quoted(text, pos)
+            return scan_quoted(text, pos)
         if c in "<!" and "TOKEN" in expected:
-            return _scan_token(text, pos)
+            return scan_token(text, pos)
     if "DEFINE" in expected:
         what = "expecting ::="
     elif "INT" in expected and "_RBRACE" not in expected:
@@ -276,7 +105,7 @@ def _syntax_failure(text: str, err: UnexpectedInput, depth: int) -> _Fail:
         what = "expecting ')'"
     else:
         what = "expecting newline or end"
-    return _Fail(f"{what} {_at(text, pos)}", pos)
+    return Fail(f"{what} {at(text, pos)}", pos)
 
 
 # ---------------------------------------------------------------------------------------------- lark
@@ -330,14 +159,14 @@ class _Repeats:
     def repeat(self, min_times: int, max_times: int | None, pos: int) -> None:
         # as the checks of handle_repetitions (max_times None = no maximum)
         if self.empty:
-            raise _Fail(f"expecting preceding item to */+/?/{{ {_at(self.text, pos)}", pos)
+            raise Fail(f"expecting preceding item to */+/?/{{ {at(self.text, pos)}", pos)
         total = max_times if max_times else (min_times if min_times > 0 else 1)
         if self.n_prev * total > MAX_REPETITION_THRESHOLD:
-            raise _Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
+            raise Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
                         "sane defaults, please reduce the number of repetitions or rule complexity", pos)
         if max_times is not None and max_times < min_times:
             # llama.cpp computes max - min in uint64 and creates 2**64 helper rules: it never finishes
-            raise _Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
+            raise Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
                         "(llama.cpp would never finish parsing this grammar)", pos, limit=True)
         n_opt = 1 if max_times is None else max_times - min_times
         self.generated += n_opt
@@ -374,10 +203,10 @@ class _PostLex(PostLex):
                     continue
                 in_body = False
             elif kind == "STRING":
-                elements = payload[tok.start_pos] = _literal(text, tok.start_pos, tok.end_pos)
+                elements = payload[tok.start_pos] = literal(text, tok.start_pos, tok.end_pos)
                 reps.atom(not elements)
             elif kind == "CLASS":
-                elements = payload[tok.start_pos] = _char_class(text, tok.start_pos, tok.end_pos)
+                elements = payload[tok.start_pos] = char_class(text, tok.start_pos, tok.end_pos)
                 reps.atom(not elements)
             elif kind == "TOKEN":
                 payload[tok.start_pos] = self._token(ctx, tok)
@@ -389,7 +218,7 @@ class _PostLex(PostLex):
             elif kind == "LPAR":
                 depth = ctx.depth = depth + 1
                 if depth > max_depth:
-                    raise _Fail(f"parentheses nested deeper than {max_depth} levels", tok.start_pos, limit=True)
+                    raise Fail(f"parentheses nested deeper than {max_depth} levels", tok.start_pos, limit=True)
                 reps.open_group()
                 reps.empty = True
             elif kind == "_RPAR":
@@ -406,16 +235,16 @@ class _PostLex(PostLex):
             elif kind == "LBRACE":
                 brace = [tok.start_pos]
             elif kind == "INT":
-                value = _int_value(tok)
+                value = int_value(tok)
                 if value is None:  # std::stoull throws std::out_of_range
-                    raise _Fail(f"stoull: integer out of range {_at(text, tok.start_pos)}", tok.start_pos)
+                    raise Fail(f"stoull: integer out of range {at(text, tok.start_pos)}", tok.start_pos)
                 brace.append(value)
             elif kind == "COMMA":
                 brace.append(None)
             elif kind == "_RBRACE":
                 pos, min_times, *rest = brace
                 if min_times > MAX_REPETITION_THRESHOLD:
-                    raise _Fail("number of repetitions exceeds sane defaults, please reduce the number of "
+                    raise Fail("number of repetitions exceeds sane defaults, please reduce the number of "
                                 "repetitions", pos)
                 max_times = min_times if not rest else rest[-1]
                 if max_times is not None and max_times > MAX_REPETITION_THRESHOLD:
@@ -431,25 +260,25 @@ class _PostLex(PostLex):
         body = s[1:] if neg else s
         if body[1:2] == "[":
             digits_at = tok.start_pos + (3 if neg else 2)
-            value = _int_value(body[2:-2])
+            value = int_value(body[2:-2])
             if value is None:  # std::stoul throws std::out_of_range
-                raise _Fail(f"stoul: token id out of range {_at(ctx.text, digits_at)}", digits_at)
+                raise Fail(f"stoul: token id out of range {at(ctx.text, digits_at)}", digits_at)
             if value > _U32_MAX:
-                raise _Fail(f"parsed token id is too big {_at(ctx.text, digits_at)}", digits_at)
+                raise Fail(f"parsed token id is too big {at(ctx.text, digits_at)}", digits_at)
             return (_TOKEN_NOT if neg else _TOKEN, value)
         raw = body.encode("latin-1")
         index = ctx.token_index.get(raw)
         if index is None:
-            at = tok.start_pos + (1 if neg else 0)
+            offset = tok.start_pos + (1 if neg else 0)
             if ctx.resolve is not None:
                 tid = ctx.resolve(raw)
                 if tid is None:
                     shown = raw.decode("utf-8", "replace")
-                    raise _Fail(f"invalid token '{shown}': it must tokenize to exactly one token", at)
+                    raise Fail(f"invalid token '{shown}': it must tokenize to exactly one token", offset)
                 ctx.resolved.append(tid)
             index = ctx.token_index[raw] = len(ctx.token_texts)
             ctx.token_texts.append(raw)
-            ctx.token_offsets.append(at)
+            ctx.token_offsets.append(offset)
         return (TEXT_TOKEN_NOT if neg else TEXT_TOKEN, index)
 
 
@@ -499,13 +328,13 @@ class _ToAst(Transformer):
         return (_K_GROUP, children[0].start_pos, children[1])
 
     def brace(self, children):  # noqa: ANN001, ANN201
-        lo = _int_value(children[1])
+        lo = int_value(children[1])
         if len(children) == 2:
             hi: int | None = lo
         elif len(children) == 3:
             hi = None
         else:
-            hi = _int_value(children[3])
+            hi = int_value(children[3])
             if hi is not None and hi > MAX_REPETITION_THRESHOLD:
                 hi = None  # a maximum above 2000 silently becomes unbounded
         return (_K_BRACE, children[0].start_pos, lo, hi)
@@ -549,7 +378,7 @@ class _Layout:
     def generate_symbol_id(self, base: str, pos: int) -> int:  # as generate_symbol_id
         sid = len(self.symbols)
         if sid >= self.limits.max_symbols:
-            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+            raise Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
         self.symbols[f"{base}_{sid}"] = sid
         return sid
 
@@ -559,13 +388,13 @@ class _Layout:
         old = self.rules[rule_id]
         self.n_elements += len(rule) - (len(old) if old is not None else 0)
         if self.n_elements > self.limits.max_elements:
-            raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+            raise Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
         self.rules[rule_id] = tuple(rule)
 
     def rule(self, name: str, pos: int, alternates: list) -> None:  # as parse_rule
         rule_id = self.symbol_id(name)
         if len(self.symbols) > self.limits.max_symbols:
-            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+            raise Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
         self.alternates(alternates, name, rule_id, pos)
         self.definitions[rule_id] = pos
 
@@ -589,7 +418,7 @@ class _Layout:
             elif kind == _K_REF:
                 ref = self.symbol_id(payload)
                 if len(self.symbols) > self.limits.max_symbols:
-                    raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+                    raise Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
                 self.first_refs.setdefault(ref, pos)
                 out.append((_REF, ref))
             else:
@@ -601,13 +430,13 @@ class _Layout:
             for rep_pos, lo, hi in reps:
                 n_prev_rules = self.repeat(out, last_sym_start, n_prev_rules, lo, hi, rule_name, rep_pos)
             if len(out) + self.n_elements > self.limits.max_elements:
-                raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+                raise Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
 
     def repeat(self, out: list[Element], last_sym_start: int, n_prev_rules: int, min_times: int,
                max_times: int | None, rule_name: str, pos: int) -> int:
         # as handle_repetitions (max_times None = no maximum)
         if last_sym_start == len(out):
-            raise _Fail(f"expecting preceding item to */+/?/{{ {_at(self.text, pos)}", pos)
+            raise Fail(f"expecting preceding item to */+/?/{{ {at(self.text, pos)}", pos)
         prev = out[last_sym_start:]
         no_max = max_times is None
         if not no_max and max_times > 0:
@@ -617,17 +446,17 @@ class _Layout:
         else:
             total = 1
         if n_prev_rules * total > MAX_REPETITION_THRESHOLD:
-            raise _Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
+            raise Fail("number of rules that are going to be repeated multiplied by the new repetition exceeds "
                         "sane defaults, please reduce the number of repetitions or rule complexity", pos)
         n_opt = 1 if no_max else max_times - min_times
         if n_opt < 0:  # llama.cpp computes max - min in uint64 and loops for 2**64 iterations
-            raise _Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
+            raise Fail(f"repetition minimum {min_times} is greater than its maximum {max_times} "
                         "(llama.cpp would never finish parsing this grammar)", pos, limit=True)
         grow = max(min_times - 1, 0) * len(prev) + n_opt * (len(prev) + 3)
         if self.n_elements + len(out) + grow > self.limits.max_elements:
-            raise _Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
+            raise Fail(f"grammar expands to more than {self.limits.max_elements} elements", pos, limit=True)
         if len(self.symbols) + n_opt > self.limits.max_symbols:
-            raise _Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
+            raise Fail(f"more than {self.limits.max_symbols} rules", pos, limit=True)
         if min_times == 0:
             del out[last_sym_start:]
         else:
@@ -652,10 +481,10 @@ class _Layout:
         n = len(self.rules)
         for rule_id, rule in enumerate(self.rules):
             if rule is None:
-                raise _Fail(f"Undefined rule '{names[rule_id]}'", self.first_refs.get(rule_id, 0))
+                raise Fail(f"Undefined rule '{names[rule_id]}'", self.first_refs.get(rule_id, 0))
             for kind, value in rule:
                 if kind == _REF and (value >= n or self.rules[value] is None):
-                    raise _Fail(f"Undefined rule identifier '{names[value]}'", self.first_refs.get(value, 0))
+                    raise Fail(f"Undefined rule identifier '{names[value]}'", self.first_refs.get(value, 0))
 
 
 def parse_gbnf(text: str | bytes, *, resolve_token: Callable[[bytes], int | None] | None = None,
@@ -697,7 +526,7 @@ def parse_gbnf(text: str | bytes, *, resolve_token: Callable[[bytes], int | None
         for name, pos, alternates in rules:
             layout.rule(name, pos, alternates)
         layout.validate()
-    except _Fail as fail:
+    except Fail as fail:
         raise error_at(data, fail.pos, fail.message, limit=fail.limit) from None
     except RecursionError:  # pragma: no cover - max_nesting keeps the walk far from the limit
         raise error_at(data, 0, "grammar nested too deeply", limit=True) from None
