@@ -47,7 +47,7 @@ class GbnfLimits:
     huge literal repeated 2000 times exhausts memory); the defaults are far above any real grammar.
     """
 
-    max_source_bytes: int = 8 << 20   # grammar text size
+    max_source_bytes: int = 1 << 20   # grammar text size (lark parses about 200 kB per second)
     max_nesting: int = 256            # depth of nested parentheses
     max_symbols: int = 200_000        # rules, helpers included
     max_elements: int = 4_000_000     # elements over all rules, after repetition expansion

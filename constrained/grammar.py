@@ -199,6 +199,11 @@ class Grammar:
     def __str__(self) -> str:
         return self.to_gbnf()
 
+    def __reduce__(self) -> tuple:
+        # the per-vocabulary cache and its lock are not part of the value
+        return (_rebuild, (self.source, self.root, self.rules, dict(self.symbol_ids), self.token_texts,
+                           self.unenforced, self.token_offsets))
+
     def __repr__(self) -> str:
         head = self.source.strip().splitlines()[0] if self.source.strip() else ""
         if len(head) > 40:
@@ -225,6 +230,11 @@ class Grammar:
         if what == "invalid token":
             message += ": it must tokenize to exactly one token"
         return error_at(data, pos, message)
+
+
+def _rebuild(source: str, root: str, rules: tuple, symbol_ids: dict, token_texts: tuple, unenforced: tuple,
+             token_offsets: tuple) -> Grammar:
+    return Grammar(source, root, rules, symbol_ids, token_texts, unenforced, token_offsets)
 
 
 def _resolver(vocab: Vocabulary):  # noqa: ANN202

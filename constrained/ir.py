@@ -187,24 +187,45 @@ def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
 
 
 def nullable_rules(rules: Sequence[Sequence[Element]]) -> list[bool]:
-    """Which rules can match the empty string (a fixpoint; token and character elements are never empty)."""
+    """Which rules can match the empty string (token and character elements never can).
+
+    Linear: each all-reference alternative counts its references not yet known to be nullable; a rule becoming
+    nullable decrements the alternatives that refer to it.
+    """
     end, alt, ref = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
     nullable = [False] * len(rules)
-    changed = True
-    while changed:
-        changed = False
-        for r, rule in enumerate(rules):
-            if nullable[r]:
-                continue
-            ok = True
-            for kind, value in rule:
-                if kind == end or kind == alt:
-                    if ok:
-                        nullable[r] = changed = True
-                        break
-                    ok = True
-                elif kind != ref or not nullable[value]:
-                    ok = False
+    waiting: list[int] = []            # per candidate alternative: references still unknown
+    owner: list[int] = []              # per candidate alternative: its rule
+    users: dict[int, list[int]] = {}   # rule -> candidate alternatives referring to it (once per reference)
+    todo: list[int] = []
+    for r, rule in enumerate(rules):
+        refs: list[int] = []
+        terminal = False
+        for kind, value in rule:
+            if kind == end or kind == alt:
+                if not terminal:
+                    if not refs:
+                        if not nullable[r]:
+                            nullable[r] = True
+                            todo.append(r)
+                    else:
+                        a = len(waiting)
+                        waiting.append(len(refs))
+                        owner.append(r)
+                        for target in refs:
+                            users.setdefault(target, []).append(a)
+                refs, terminal = [], False
+            elif kind == ref:
+                refs.append(value)
+            else:
+                terminal = True
+    while todo:
+        r = todo.pop()
+        for a in users.get(r, ()):
+            waiting[a] -= 1
+            if waiting[a] == 0 and not nullable[owner[a]]:
+                nullable[owner[a]] = True
+                todo.append(owner[a])
     return nullable
 
 

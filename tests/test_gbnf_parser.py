@@ -188,6 +188,25 @@ def test_error_messages(text, message, line, column):
     assert str(err).endswith("\n    " + " " * (column - 1) + "^")
 
 
+def test_grammar_value_semantics():
+    import copy
+    import dataclasses
+    import pickle
+
+    g = Grammar.from_gbnf('root ::= <s> "a"+ item\nitem ::= [0-9]')
+    for other in (pickle.loads(pickle.dumps(g)), copy.deepcopy(g), dataclasses.replace(g)):
+        assert other == g and hash(other) == hash(g) and str(other) == str(g)
+    noted = dataclasses.replace(g, unenforced=("pattern ignored",))
+    assert noted.unenforced == ("pattern ignored",) and noted.rules == g.rules and noted != g
+    assert g.with_root("item").root_id == g.symbol_ids["item"]
+    assert g.rule_names == ("root", "root_1", "item")
+    assert "rules=3" in repr(g)
+    with pytest.raises(GrammarSyntaxError, match="does not contain a 'nope' symbol"):
+        g.with_root("nope")
+    data = 'root ::= "\xe9"'.encode("latin-1")  # invalid UTF-8 is read as llama.cpp reads it (lead byte 0xE9)
+    assert Grammar.from_gbnf(data).source.encode("utf-8", "surrogateescape") == data
+
+
 def test_missing_root_and_empty_grammar():
     with pytest.raises(GrammarSyntaxError, match="grammar does not contain a 'root' symbol"):
         Grammar.from_gbnf('start ::= "a"')
@@ -236,6 +255,10 @@ def test_long_valid_grammar_is_fast():
     rules = "\n".join(f'r{i} ::= "x{i}" [a-z]* (r{i + 1} | "end")?' for i in range(2000))
     text = "root ::= r0\n" + rules + '\nr2000 ::= "z"'
     assert _quick(lambda: Grammar.from_gbnf(text)) < 10
+    # a long chain of rules that are empty only through the next one: the analyses stay linear
+    n = 20_000
+    chain = 'root ::= r0 "x"\n' + "\n".join(f"r{i} ::= r{i + 1}" for i in range(n)) + f'\nr{n} ::= "" | "y"'
+    assert _quick(lambda: Grammar.from_gbnf(chain)) < 10
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
