@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections import OrderedDict
@@ -41,20 +42,37 @@ def _norm(value: int, n_remain: int) -> Partial:
 
 
 class _LRU(OrderedDict):
+    """A small thread-safe LRU mapping."""
+
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+        self.lock = threading.Lock()
 
     def get_lru(self, key: Any) -> Any:
-        v = self.get(key)
-        if v is not None:
-            self.move_to_end(key)
-        return v
+        with self.lock:
+            v = self.get(key)
+            if v is not None:
+                self.move_to_end(key)
+            return v
 
     def put(self, key: Any, value: Any) -> None:
-        self[key] = value
-        if len(self) > self.size:
-            self.popitem(last=False)
+        with self.lock:
+            self[key] = value
+            if len(self) > self.size:
+                self.popitem(last=False)
+
+
+_SERIAL = itertools.count()
+_MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
+
+
+def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:
+    """The per-vocabulary LRUs of full masks and of uncertain-token answers (bounded whatever the grammars)."""
+    caches = getattr(index, "matcher_caches", None)
+    if caches is None:
+        caches = index.matcher_caches = (_LRU(max(16, _MASK_CACHE_BYTES // max(index.n_vocab, 1))), _LRU(8192))
+    return caches
 
 
 class CompiledGrammar:
@@ -74,8 +92,8 @@ class CompiledGrammar:
         self._local: dict[Stack, LocalInfo] = {}
         self._token_top: dict[int, np.ndarray] = {}
         self._empty: np.ndarray | None = None
-        self._masks = _LRU(96)
-        self._unc = _LRU(4096)
+        self._serial = next(_SERIAL)
+        self._masks, self._unc = _vocab_caches(self.index)
 
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the grammar."""
@@ -144,12 +162,13 @@ class CompiledGrammar:
         return len(suffixes)
 
     def _uncertain(self, suffix: Stack, below: Stack, li: LocalInfo) -> np.ndarray:
-        key = (suffix, below)
-        ok = self._unc.get_lru(key)
-        if ok is None:
-            ok = walk(self.rules, li.keys, self.rules.advance(below))
-            self._unc.put(key, ok)
-        return ok
+        """The token ids among the suffix's uncertain ones that the rest of the stack accepts (cached)."""
+        key = (self._serial, suffix, below)
+        ids = self._unc.get_lru(key)
+        if ids is None:
+            ids = li.unc_ids[walk(self.rules, li.keys, self.rules.advance(below))]
+            self._unc.put(key, ids)
+        return ids
 
     # ---- the mask ------------------------------------------------------------------------------------------
     def mask_for(self, stacks: Stacks, partial: Partial, *, state_cache: bool = True) -> np.ndarray:
@@ -158,7 +177,7 @@ class CompiledGrammar:
         Masks are kept per state (LRU); ``state_cache=False`` bypasses that cache (the per-suffix caches still
         apply), which the benchmark uses to time the computation itself.
         """
-        key = (stacks, partial)
+        key = (self._serial, stacks, partial)
         if state_cache:
             m = self._masks.get_lru(key)
             if m is not None:
@@ -185,7 +204,7 @@ class CompiledGrammar:
                 li = self.local(suffix)
                 bits |= li.bits
                 if li.keys is not None:
-                    unc.append(li.unc_ids[self._uncertain(suffix, below, li)])
+                    unc.append(self._uncertain(suffix, below, li))
             m = np.unpackbits(bits, count=n).view(bool)
             for rows in unc:
                 m[rows] = True
@@ -197,7 +216,7 @@ class CompiledGrammar:
 
     def allows_in(self, stacks: Stacks, partial: Partial, token: int) -> bool:
         """Whether ``token`` survives ``llama_grammar_apply_impl`` in state ``(stacks, partial)``."""
-        m = self._masks.get((stacks, partial))
+        m = self._masks.get((self._serial, stacks, partial))
         if m is not None:
             return bool(m[token])
         idx = self.index
