@@ -128,6 +128,11 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     """
     if k <= 0:
         return np.empty(0, np.intp)
+    n = len(keys)
+    if n >= 8192 and k <= 256:
+        fast = _distinct_top(keys, k)
+        if fast is not None:
+            return fast
     sub = heap_participants(keys, k)
     vals = keys if sub is None else keys[sub]
     m = len(vals)
@@ -143,6 +148,27 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     else:
         chosen = np.asarray(stdalgo.partial_sort_perm(vals, k, descending=True))[:k]
     return chosen if sub is None else sub[chosen]
+
+
+def _distinct_top(keys: np.ndarray, k: int) -> np.ndarray | None:
+    """Top-k indices in descending order when the k+1 largest values are all distinct (one threshold pass over a
+    sampled cut-off), else None."""
+    n = len(keys)
+    stride = n // 2048
+    sample = keys[::stride]
+    m = len(sample)
+    r = min(m, (4 * k) // stride + 2)
+    t = np.partition(sample, m - r)[m - r]
+    idx = np.flatnonzero(keys >= t)
+    if len(idx) <= k:
+        return None
+    vals = keys[idx]
+    lead = np.argpartition(vals, len(vals) - (k + 1))[len(vals) - (k + 1):]
+    order = lead[np.argsort(vals[lead])[::-1]]
+    top = vals[order]
+    if not np.all(top[:-1] > top[1:]):
+        return None
+    return idx[order[:k]]
 
 
 def partial_sort_full(keys: np.ndarray, k: int) -> np.ndarray:
