@@ -499,6 +499,16 @@ def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
     t = vocab.tokenize(b" the") or [0]
     u = vocab.tokenize(b",") or [1]
     out["tokens"] = (f"root ::= [a-z]{{1,5}} <[{t[-1]}]> ( [0-9] | !<[{u[0]}]> ){{0,3}} \"!\"?\n")
+    # special tokens referenced by their text (matched by id; an end-of-generation one never matches)
+    specials = [x for x in (b"<|im_start|>", b"<start_of_turn>", b"<|turn>", b"<s>", b"<|begin_of_text|>",
+                            b"<|im_end|>", b"<end_of_turn>", b"<turn|>", b"</s>", b"<|endoftext|>", b"<eos>")
+                if len(vocab.tokenize(x, parse_special=True)) == 1]
+    opening = [x for x in specials if not vocab.is_eog(vocab.tokenize(x, parse_special=True)[0])]
+    closing = [x for x in specials if vocab.is_eog(vocab.tokenize(x, parse_special=True)[0])]
+    if opening:
+        end = f" | {closing[0].decode()}" if closing else ""
+        out["specials"] = (f"root ::= {opening[0].decode()} [a-z ]{{1,8}} ( \".\"{end} | "
+                           f"{opening[-1].decode()} ) [a-z]*\n")
     return out
 
 
