@@ -5,11 +5,17 @@ candidates that share a stack configuration at the same code-point depth move to
 so the walk costs a few numpy operations per (stack, depth) pair instead of Python work per token.
 
 On top of that, the adaptive token mask cache of XGrammar, adapted to llama.cpp's stack machine: for a stack whose
-top is a character class at position ``p``, the part of the walk that stays above the rest of the stack depends on
-``p`` alone. :func:`local_info` runs that part once per ``p`` (with a sentinel standing for the rest of the stack)
-and records which tokens it accepts for sure and, for the others, where they would pop into the rest of the stack
-with code points left ("uncertain"). At run time a stack costs one boolean OR plus a walk of the few distinct
-uncertain remainders through the actual rest of the stack.
+top is a character class, the part of the walk that stays within the top few stack elements (the *suffix*, see
+``GrammarRules.split``: the top three elements plus any generated helper-rule elements under them) depends on the
+suffix alone. :func:`local_info` runs that part once per suffix (with a sentinel standing for the rest of the
+stack) and records which tokens it accepts for sure and, for the others, the remainder with which they would pop
+into the rest of the stack ("uncertain"). At run time a stack costs one OR of packed bits plus a walk of the
+uncertain remainders (usually few) through the actual rest of the stack. Suffix results are shared between grammars
+whose reachable rules are identical (``GrammarRules.canonical_key``).
+
+Rows of a :class:`~constrained.tokenindex.TokenTable` are sorted by length, longest first, so that at code point
+depth ``d`` the candidates with nothing left are a tail of any sorted row set; ``TokenTable.col(d)`` holds the
+code points at depth ``d``.
 
 Example:
     >>> from constrained.vocab import Vocabulary
