@@ -165,6 +165,53 @@ class TokenTable:
         return t
 
 
+def _vocab_table(pieces: tuple[bytes, ...], skip: np.ndarray) -> TokenTable:
+    """The apply-side table of every token id (``skip``: EOG/empty/NUL-led, given no code points and rem -1).
+
+    Valid UTF-8 pieces without NUL (nearly all) are decoded in one pass with Python's decoder (same code points as
+    the port); the others go through :func:`decode_utf8` one by one.
+    """
+    n = len(pieces)
+    fast = np.zeros(n, dtype=bool)
+    slow: dict[int, tuple[list[int], int, int]] = {}
+    for i, p in enumerate(pieces):
+        if skip[i]:
+            continue
+        if b"\0" not in p:
+            try:
+                p.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                fast[i] = True
+                continue
+        c, v, r = decode_utf8(p)
+        slow[i] = (apply_view(c), v if r > 0 else 0, r)
+    fast_ids = np.flatnonzero(fast)
+    blob = b"".join([pieces[i] for i in fast_ids.tolist()])
+    cps = np.frombuffer(blob.decode("utf-8").encode("utf-32-le"), dtype="<u4").astype(np.int64)
+    starts = (np.frombuffer(blob, dtype=np.uint8) & 0xC0) != 0x80
+    blen = np.fromiter((len(pieces[i]) for i in fast_ids.tolist()), dtype=np.int64, count=len(fast_ids))
+    boff = np.zeros(len(fast_ids), dtype=np.int64)
+    np.cumsum(blen[:-1], out=boff[1:])
+    counts = np.add.reduceat(starts.astype(np.int64), boff) if len(fast_ids) else np.zeros(0, np.int64)
+    length = np.zeros(n, dtype=np.int64)
+    rem = np.where(skip, -1, 0).astype(np.int64)
+    val = np.zeros(n, dtype=np.int64)
+    length[fast_ids] = counts
+    for i, (c, v, r) in slow.items():
+        length[i], rem[i], val[i] = len(c), r, v
+    start = np.zeros(n, dtype=np.int64)
+    np.cumsum(length[:-1], out=start[1:])
+    flat = np.zeros(int(length.sum()), dtype=np.int64)
+    vstart = np.zeros(len(fast_ids), dtype=np.int64)
+    np.cumsum(counts[:-1], out=vstart[1:])
+    flat[np.repeat(start[fast_ids] - vstart, counts) + np.arange(len(cps))] = cps
+    for i, (c, _, _) in slow.items():
+        flat[start[i]:start[i] + len(c)] = c
+    return TokenTable(np.arange(n, dtype=np.int64), start, length, flat, rem, val)._finish()
+
+
 class VocabIndex:
     """Per-vocabulary decoded pieces, shared by all compiled grammars (see :func:`vocab_index`)."""
 
@@ -177,16 +224,8 @@ class VocabIndex:
         self.eog_ids = np.flatnonzero(self.eog)
         # tokens llama_grammar_apply_impl masks before looking at the grammar: empty pieces, a leading NUL
         self.dead = np.array([(not p) or p[0] == 0 for p in self.pieces], dtype=bool) & ~self.eog
-        decoded: list[tuple[list[int], int, int]] = []
-        self.full: list[tuple[list[int], int, int]] = []   # accept-side decode (zero code points kept)
-        for i, p in enumerate(self.pieces):
-            d = _decode_fast(p)
-            self.full.append(d)
-            if self.eog[i] or self.dead[i]:
-                decoded.append(([], 0, -1))     # never accepted by a stack; handled apart
-            else:
-                decoded.append((apply_view(d[0]), d[1], d[2]))
-        self.table = TokenTable.build(list(range(n)), decoded)
+        self._full: dict[int, tuple[list[int], int, int]] = {}   # accept-side decodes, filled on demand
+        self.table = _vocab_table(self.pieces, self.eog | self.dead)
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
@@ -201,7 +240,10 @@ class VocabIndex:
     def decode(self, token: int, value: int, n_remain: int) -> tuple[list[int], int, int]:
         """The accept-side decode of ``token`` from partial state ``(value, n_remain)``."""
         if n_remain <= 0:
-            return self.full[token]
+            d = self._full.get(token)
+            if d is None:
+                d = self._full[token] = _decode_fast(self.pieces[token])
+            return d
         return decode_utf8(self.pieces[token], value, n_remain)
 
     def partial_table(self, value: int, n_remain: int) -> TokenTable:

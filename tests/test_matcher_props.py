@@ -167,3 +167,25 @@ def test_fast_decode_equals_the_port(piece: bytes) -> None:
 
     fast, port = _decode_fast(piece), decode_utf8(piece)
     assert fast[0] == port[0] and fast[2] == port[2] and (fast[2] <= 0 or fast[1] == port[1])
+
+
+@settings(max_examples=150, deadline=None)
+@given(pieces=pieces_st)
+def test_vectorised_vocabulary_table_equals_per_token_decoding(pieces: list[bytes]) -> None:
+    from constrained.tokenindex import TokenTable, vocab_index
+
+    vocab = _vocab(pieces)
+    idx = vocab_index(vocab)
+    skip = idx.eog | idx.dead
+    dec = []
+    for i, p in enumerate(vocab.pieces):
+        c, v, r = decode_utf8(p)
+        dec.append(([], 0, -1) if skip[i] else (apply_view(c), v, r))
+    ref = TokenTable.build(list(range(len(vocab))), dec)
+
+    def by_id(t: TokenTable) -> tuple:
+        o = np.argsort(t.ids)
+        return ([t.flat[t.start[r]:t.start[r] + t.length[r]].tolist() for r in o], t.rem[o].tolist(),
+                t.val[o].tolist())
+
+    assert by_id(idx.table) == by_id(ref)
