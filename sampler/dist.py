@@ -44,9 +44,24 @@ def fsum_seq(x: np.ndarray) -> np.float32:
     return np.cumsum(x, dtype=_F32)[-1]
 
 
+def scan_max(start: np.float32, x: np.ndarray) -> np.float32:
+    """``m = start; for v in x: m = std::max(m, v)``: a NaN ``start`` stays, NaN elements are skipped."""
+    m = x.max() if len(x) else start
+    if m != m:  # a NaN somewhere (adaptive-p can produce NaN logits): std::max never picks a NaN element
+        if start != start:
+            return start
+        finite = x[~np.isnan(x)]
+        m = finite.max() if len(finite) else start
+    return m if m > start else start
+
+
 def max_logit(c: Candidates) -> np.float32:
-    """``data[0].logit`` when sorted, else the maximum (``std::max`` scan)."""
-    return c.logits[0] if c.sorted else c.logits.max()
+    """``data[0].logit`` when sorted, else the maximum (``std::max`` scan from ``data[0]``)."""
+    lg = c.logits
+    if c.sorted:
+        return lg[0]
+    m = lg.max()
+    return m if m == m else scan_max(lg[0], lg[1:])
 
 
 # as llama_sampler_softmax_impl

@@ -29,8 +29,8 @@ def temp_impl(c: Candidates, temp: np.float32) -> None:
     if temp <= 0.0:
         lg = c.logits
         keep = int(np.argmax(lg))  # first index of the maximum = first strict maximum in a left-to-right scan
-        if np.isnan(lg[keep]):  # pragma: no cover - NaN logits are refused earlier
-            keep = 0
+        if lg[keep] != lg[keep]:  # NaN logits (adaptive-p can make them): `l > max` is false for NaN
+            keep = 0 if lg[0] != lg[0] else int(np.nanargmax(lg))
         out = np.full(len(lg), -np.inf, dtype=_F32)
         out[keep] = lg[keep]
         c.logits = out

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import mathf, stdalgo
 from .candidates import Candidates, bucket_partial_sort
-from .dist import fsum_seq, rng_seed, softmax
+from .dist import fsum_seq, rng_seed, scan_max, softmax
 from .rng import Mt19937, uniform_real_float
 
 _F32 = np.float32
@@ -132,7 +132,7 @@ class MinP(_Stateless):
             return
         lp = _F32(mathf.logf(float(self.p)))
         if not c.sorted:
-            mx = max(_F32(-_FLT_MAX), c.logits.max())
+            mx = scan_max(_F32(-_FLT_MAX), c.logits)
             min_logit = _F32(mx + lp)
             keep = np.flatnonzero(c.logits >= min_logit)
             if keep.size and keep.size >= self.min_keep:
@@ -198,11 +198,12 @@ class TopNSigma(_Stateless):
         lg = c.logits
         valid = lg != -np.inf
         vals = lg[valid]
-        mx = max(lg[0], vals.max()) if vals.size else lg[0]
+        mx = scan_max(lg[0], vals)
         cnt = vals.size
         mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
         # acc is a float; each term is pow(l - mean, 2) in double, added in double and rounded back to float
-        d = (vals - mean).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            d = (vals - mean).astype(np.float64)
         sq = (d * d).tolist()
         acc = array.array("f", [0.0])
         for v in sq:

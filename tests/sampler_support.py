@@ -21,6 +21,8 @@ def random_logits(rng: np.random.Generator, n: int, mode: str | None = None) -> 
         x = np.round(rng.standard_normal(n) * rng.uniform(1, 4) * 2) / 2
     elif mode == "wide":
         x = rng.standard_normal(n) * 30
+    elif mode == "allinf":
+        return np.full(n, -np.inf, np.float32)
     elif mode == "flat":
         x = np.full(n, rng.choice([0.0, -3.5, 12.0]))
         x[rng.integers(0, n, size=max(1, n // 50))] += 1.0

@@ -205,3 +205,18 @@ def test_reset_and_clone_match_c() -> None:
                     c.accept(r.token)
         finally:
             c.free()
+
+
+def test_nan_logits_after_adaptive_p() -> None:
+    """An all -inf step gives adaptive-p a NaN history, so later steps carry NaN logits through the chain: max scans,
+    temperature 0, min-p, top-n-sigma and the NaN bits must still match llama.cpp (found by the sweep)."""
+    rng = np.random.default_rng(8)
+    orders = [("adaptive_p", "top_p"), ("top_p", "adaptive_p", "top_p"), ("adaptive_p", "min_p", "temperature"),
+              ("adaptive_p", "top_n_sigma", "temperature", "typ_p"), ("adaptive_p", "top_k", "min_p")]
+    for i in range(20):
+        n = int(rng.choice([3, 17, 300]))
+        p = Params(seed=int(rng.integers(0, 2**32 - 1)), samplers=orders[i % len(orders)],
+                   adaptive_target=float(rng.choice([0.3, 0.8])), temp=float(rng.choice([0.0, 0.7])),
+                   top_p=float(rng.choice([1.0, 0.9])), min_p=0.1, top_n_sigma=1.0, typ_p=0.7, top_k=2,
+                   min_keep=int(rng.choice([0, 50])))
+        run_sequence(p, n, rng, 8, modes=("allinf", "normal", "ties", "inf"))
