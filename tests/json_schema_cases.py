@@ -109,3 +109,54 @@ def ours(schema: Any) -> tuple[int, str]:
         return 0, convert_json_schema(schema).gbnf
     except SchemaError as e:
         return 1, str(e)
+
+
+def accepted_by_llama(vm, eos: int, gbnf: str, doc: str) -> bool | None:  # noqa: ANN001
+    """True/False: llama.cpp's grammar sampler accepts the whole document token by token, then allows end of
+    generation; None: the vocabulary does not spell the document back exactly."""
+    from tests.oracle.llama import CGrammar
+
+    data = doc.encode("utf-8", "surrogatepass")
+    toks = vm.tokenize(data, False)
+    if b"".join(vm.piece(t) for t in toks) != data:
+        return None
+    with CGrammar(vm, gbnf) as g:
+        for t in toks:
+            if not g.allows(t):
+                return False
+            g.accept(t)
+        return g.allows(eos)
+
+
+def check_documents(vm, eos: int, schema: Any, rng: Any, n: int = 3, budget: int = 12) -> tuple[int, int]:  # noqa: ANN001
+    """Draw ``n`` documents from our grammar for ``schema``; each must be accepted by llama.cpp's grammar sampler
+    and, when the schema has no unenforced keyword, validate with jsonschema. Returns (accepted, validated)."""
+    from constrained.json_schema._gbnf import read_gbnf, sample
+    from constrained.validate import validate
+    from tests.oracle.llama import CGrammar
+
+    try:
+        conv = convert_json_schema(schema)
+    except SchemaError:
+        return 0, 0
+    try:
+        CGrammar(vm, conv.gbnf).free()
+    except ValueError:  # llama.cpp refuses it (e.g. left recursion): nothing to draw from
+        return 0, 0
+    rules = read_gbnf(conv.gbnf)
+    accepted = validated = 0
+    for _ in range(n):
+        doc = sample(rules, rng, budget=budget)
+        verdict = accepted_by_llama(vm, eos, conv.gbnf, doc)
+        if verdict is None:
+            continue
+        assert verdict, f"llama.cpp rejects a document of our grammar\nschema: {schema}\ndoc: {doc!r}"
+        accepted += 1
+        if not conv.unenforced:
+            try:
+                issues = validate(doc, schema)
+            except SchemaError:  # llama.cpp converts it, but it is not a valid JSON schema
+                continue
+            assert not issues, f"no unenforced keyword reported, yet\nschema: {schema}\ndoc: {doc!r}\n{issues}"
+            validated += 1
+    return accepted, validated

@@ -19,11 +19,9 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from constrained.errors import SchemaError
 from constrained.json_schema import convert_json_schema, json_mode_gbnf, server_json_schema
-from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf, sample
-from constrained.validate import validate
-from tests.json_schema_cases import ours, trim, upstream_cases
+from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf
+from tests.json_schema_cases import check_documents, ours, trim, upstream_cases
 from tests.json_schema_strategies import schemas
 from tests.json_schema_table import TABLE
 from tests.oracle.schema import OTHER_EXCEPTION, oracle_convert
@@ -158,63 +156,28 @@ def gpt2():
     return vm, L.llama_vocab_eos(vm.vocab)
 
 
-def _accepted_by_llama(vm, eos: int, gbnf: str, doc: str) -> bool | None:  # noqa: ANN001
-    """True/False: llama.cpp's grammar accepts the whole document then allows end of generation; None: the vocab
-    cannot spell the document token by token."""
-    from tests.oracle.llama import CGrammar
-
-    data = doc.encode("utf-8")
-    toks = vm.tokenize(data, False)
-    if b"".join(vm.piece(t) for t in toks) != data:
-        return None
-    with CGrammar(vm, gbnf) as g:
-        for t in toks:
-            if not g.allows(t):
-                return False
-            g.accept(t)
-        return g.allows(eos)
-
-
-def _doc_schemas() -> list:
-    out = []
-    for s in TABLE:
-        try:
-            conv = convert_json_schema(s)
-        except ValueError:
-            continue
-        out.append((s, conv))
-    return out
-
-
 def test_documents_accepted_by_llama_and_valid(gpt2) -> None:  # noqa: ANN001
     vm, eos = gpt2
     rng = random.Random(1234)
     checked = valid_checked = 0
-    for schema, conv in _doc_schemas():
-        rules = read_gbnf(conv.gbnf)
-        try:
-            from tests.oracle.llama import CGrammar
-
-            CGrammar(vm, conv.gbnf).free()
-        except ValueError:  # llama.cpp refuses it (left recursion): nothing to draw from
-            continue
-        for _ in range(3):
-            doc = sample(rules, rng, budget=12)
-            verdict = _accepted_by_llama(vm, eos, conv.gbnf, doc)
-            if verdict is None:
-                continue
-            assert verdict, (schema, doc)
-            checked += 1
-            if not conv.unenforced:
-                try:
-                    issues = validate(doc, schema)
-                except SchemaError:  # llama.cpp converts it, but it is not a valid JSON schema
-                    continue
-                assert not issues, (schema, doc, issues)
-                valid_checked += 1
-    COUNTS["documents accepted by llama.cpp"] = checked
-    COUNTS["documents validated"] = valid_checked
+    for schema in TABLE:
+        a, v = check_documents(vm, eos, schema, rng)
+        checked += a
+        valid_checked += v
+    COUNTS["table documents accepted by llama.cpp"] = checked
+    COUNTS["table documents validated"] = valid_checked
     assert checked >= 400 and valid_checked >= 250
+
+
+@settings(max_examples=120, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(schemas(broken=False))
+def test_generated_documents_accepted_by_llama_and_valid(gpt2, schema) -> None:  # noqa: ANN001
+    vm, eos = gpt2
+    a, v = check_documents(vm, eos, schema, random.Random(7), n=2)
+    COUNTS["hypothesis documents accepted by llama.cpp"] = COUNTS.get("hypothesis documents accepted by llama.cpp",
+                                                                      0) + a
+    COUNTS["hypothesis documents validated"] = COUNTS.get("hypothesis documents validated", 0) + v
 
 
 def test_zz_report_counts() -> None:

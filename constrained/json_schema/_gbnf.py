@@ -129,7 +129,7 @@ class _Reader:
 def read_gbnf(text: str) -> dict[str, Alts]:
     """Rules of a GBNF text (as json_schema_to_gbnf writes it) by name."""
     rules: dict[str, Alts] = {}
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if not line.strip():
             continue
         r = _Reader(line)
@@ -174,8 +174,26 @@ def _class_nonempty(ranges: tuple[tuple[int, int], ...], neg: bool) -> bool:
     return nxt <= MAX_CP
 
 
+def _refs(alts: Alts, out: set[str]) -> set[str]:
+    for seq in alts:
+        for it in seq:
+            if it.kind == "ref":
+                out.add(it.value)  # type: ignore[arg-type]
+            elif it.kind == "group":
+                _refs(it.value, out)  # type: ignore[arg-type]
+    return out
+
+
+def _dependents(rules: dict[str, Alts]) -> dict[str, list[str]]:
+    deps: dict[str, list[str]] = {name: [] for name in rules}
+    for name, alts in rules.items():
+        for ref in _refs(alts, set()):
+            deps.setdefault(ref, []).append(name)
+    return deps
+
+
 def productive_rules(rules: dict[str, Alts]) -> set[str]:
-    """Names of the rules that derive at least one finite string (least fixpoint)."""
+    """Names of the rules that derive at least one finite string (least fixpoint, by worklist)."""
     good: set[str] = set()
 
     def item_ok(it: Item) -> bool:
@@ -189,13 +207,15 @@ def productive_rules(rules: dict[str, Alts]) -> set[str]:
             return it.value in good
         return any(all(item_ok(x) for x in seq) for seq in it.value)  # type: ignore[union-attr]
 
-    changed = True
-    while changed:
-        changed = False
-        for name, alts in rules.items():
-            if name not in good and any(all(item_ok(x) for x in seq) for seq in alts):
-                good.add(name)
-                changed = True
+    dependents = _dependents(rules)
+    work = list(rules)
+    while work:
+        name = work.pop()
+        if name in good or name not in rules:
+            continue
+        if any(all(item_ok(x) for x in seq) for seq in rules[name]):
+            good.add(name)
+            work.extend(dependents.get(name, ()))
     return good
 
 
@@ -204,20 +224,26 @@ def _heights(rules: dict[str, Alts]) -> dict[str, int]:
     h: dict[str, int] = {}
 
     def item_h(it: Item) -> float:
-        if it.lo == 0 or it.kind in ("lit", "cls"):
+        if it.hi is not None and it.hi < it.lo:
+            return float("inf")
+        if it.lo == 0 or it.kind == "lit":
             return 0
+        if it.kind == "cls":
+            return 0 if _class_nonempty(*it.value) else float("inf")  # type: ignore[misc]
         if it.kind == "ref":
             return h.get(it.value, float("inf")) + 1  # type: ignore[arg-type]
         return min(max((item_h(x) for x in seq), default=0) for seq in it.value)  # type: ignore[union-attr]
 
-    changed = True
-    while changed:
-        changed = False
-        for name, alts in rules.items():
-            best = min(max((item_h(x) for x in seq), default=0) for seq in alts)
-            if best != float("inf") and (name not in h or best < h[name]):
-                h[name] = int(best)
-                changed = True
+    dependents = _dependents(rules)
+    work = list(rules)
+    while work:
+        name = work.pop()
+        if name not in rules:
+            continue
+        best = min(max((item_h(x) for x in seq), default=0) for seq in rules[name])
+        if best != float("inf") and (name not in h or best < h[name]):
+            h[name] = int(best)
+            work.extend(dependents.get(name, ()))
     return h
 
 
@@ -233,7 +259,13 @@ def sample(rules: dict[str, Alts], rng: _random.Random, root: str = "root", budg
     def seq_h(seq: tuple[Item, ...]) -> float:
         best = 0.0
         for it in seq:
-            if it.lo == 0 or it.kind in ("lit", "cls"):
+            if it.hi is not None and it.hi < it.lo:
+                return float("inf")
+            if it.lo == 0 or it.kind == "lit":
+                continue
+            if it.kind == "cls":
+                if not _class_nonempty(*it.value):  # type: ignore[misc]
+                    return float("inf")
                 continue
             if it.kind == "ref":
                 best = max(best, heights.get(it.value, float("inf")) + 1)  # type: ignore[arg-type]
@@ -265,7 +297,9 @@ def sample(rules: dict[str, Alts], rng: _random.Random, root: str = "root", budg
 
     def gen_item(it: Item, depth: int) -> None:
         late = depth > budget or steps[0] > budget * 50
-        if it.lo == 1 and it.hi == 1:
+        if seq_h((Item(it.kind, it.value),)) == float("inf"):
+            n = 0  # the item cannot be produced: only reachable here when it is optional
+        elif it.lo == 1 and it.hi == 1:
             n = 1
         elif late:
             n = it.lo

@@ -27,6 +27,9 @@ INT64_MAX = (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
 INT_MAX = (1 << 31) - 1
 
+MAX_JSON_VALUES = 500_000
+"""Most JSON values (objects, arrays, scalars) in a schema: a dict that shares sub-dicts is counted expanded, as its
+JSON text would be."""
 MAX_JSON_DEPTH = 400
 """Deepest nesting of JSON values accepted (deeper input is refused with a SchemaError, never a RecursionError)."""
 
@@ -80,9 +83,14 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def normalize(value: Any, depth: int = 0) -> Any:
+def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """A Python value as the JSON value nlohmann would hold after parsing its dump (ints out of the 64-bit ranges
-    become doubles). Raises SchemaError for anything that is not JSON."""
+    become doubles). Raises SchemaError for anything that is not JSON, or larger than the limits."""
+    if budget is None:
+        budget = [MAX_JSON_VALUES]
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise SchemaError(f"JSON schema is too large (more than {MAX_JSON_VALUES} JSON values)", path="#")
     if depth > MAX_JSON_DEPTH:
         raise SchemaError(f"JSON schema nesting is deeper than {MAX_JSON_DEPTH} levels", path="#")
     if value is None or isinstance(value, bool):
@@ -105,10 +113,10 @@ def normalize(value: Any, depth: int = 0) -> Any:
         for k, v in value.items():
             if not isinstance(k, str):
                 raise SchemaError(f"JSON schema object keys must be strings, got {k!r}", path="#")
-            out[normalize(k, depth + 1)] = normalize(v, depth + 1)
+            out[normalize(k, depth + 1, budget)] = normalize(v, depth + 1, budget)
         return out
     if isinstance(value, (list, tuple)):
-        return [normalize(v, depth + 1) for v in value]
+        return [normalize(v, depth + 1, budget) for v in value]
     raise SchemaError(f"JSON schema contains a {type(value).__name__}, which is not JSON", path="#")
 
 

@@ -129,6 +129,12 @@ class _Reporter:
                 self.add(path, kw, f"{value} is read as {wrap_int(value, 32)} (llama.cpp truncates it to 32 bits)")
 
     def extra_object(self, node: N.Node, path: str, s: dict) -> None:
+        if node.additional is not None and node.properties:
+            odd = [u(p) for p, _s, _r in node.properties if any(c in '"\\]^-' or ord(c) < 0x20 for c in p)]
+            if odd:
+                self.add(path, "additionalProperties", f"the names {odd} are copied raw into character classes of "
+                                                       "the extra-key rule: it may let them through, or accept keys "
+                                                       "that are not JSON")
         req = s.get("required")
         if not isinstance(req, list):
             return
