@@ -30,13 +30,10 @@ __all__ = ["DEFAULT_LIMITS", "GbnfLayout", "GbnfLimits", "MAX_REPETITION_THRESHO
            "to_bytes"]
 
 MAX_REPETITION_THRESHOLD = 2000  # llama-grammar.cpp's MAX_REPETITION_THRESHOLD
-_U64_MAX = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
 
 _END, _ALT, _REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
-_CHAR, _CHAR_NOT = int(ElementType.CHAR), int(ElementType.CHAR_NOT)
-_RNG, _CHAR_ALT, _ANY = int(ElementType.CHAR_RNG_UPPER), int(ElementType.CHAR_ALT), int(ElementType.CHAR_ANY)
-_TOKEN, _TOKEN_NOT = int(ElementType.TOKEN), int(ElementType.TOKEN_NOT)
+_ANY, _TOKEN, _TOKEN_NOT = int(ElementType.CHAR_ANY), int(ElementType.TOKEN), int(ElementType.TOKEN_NOT)
 
 
 @dataclass(frozen=True)
@@ -241,7 +238,7 @@ class _PostLex(PostLex):
                 brace.append(value)
             elif kind == "COMMA":
                 brace.append(None)
-            elif kind == "_RBRACE":
+            elif kind == "_RBRACE" and len(brace) > 1:  # (the parser refuses a "}" without a number)
                 pos, min_times, *rest = brace
                 if min_times > MAX_REPETITION_THRESHOLD:
                     raise Fail("number of repetitions exceeds sane defaults, please reduce the number of "
