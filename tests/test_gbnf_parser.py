@@ -438,3 +438,37 @@ def test_generated_valid_grammars_match_llama(oracle, text):
 @given(st.binary(max_size=80).map(lambda b: b"root ::= " + b))
 def test_random_bytes_match_llama(oracle, data):
     check_parity(oracle, data)
+
+
+_HANG_SCRIPT = """
+import os, sys
+os.environ["GGML_NO_BACKTRACE"] = "1"
+from tests.oracle.llama import L, vocab_model
+from tests.oracle.sdist import vocab_gguf
+vm = vocab_model(vocab_gguf("llama-spm"))
+print("loaded", flush=True)
+smpl = L.llama_sampler_init_grammar(vm.vocab, sys.argv[1].encode(), b"root")
+print("returned", bool(smpl))
+"""
+
+
+@pytest.mark.parametrize("text", ['root ::= "a"{3,1}', 'root ::= e root "x" | "b"\ne ::= ()'])
+def test_refused_never_ending_grammars_do_not_end_in_llama(text):
+    """What we refuse as never-ending, llama.cpp indeed does not finish loading (killed 2 s into the call)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    with pytest.raises(GrammarLimitError):
+        Grammar.from_gbnf(text)
+    root = Path(__file__).resolve().parents[1]
+    with subprocess.Popen([sys.executable, "-c", _HANG_SCRIPT, text], cwd=root, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, text=True) as proc:
+        assert proc.stdout.readline().strip() == "loaded"
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        else:
+            pytest.fail(f"llama.cpp finished: {proc.stdout.read()}")
