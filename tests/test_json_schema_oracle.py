@@ -19,6 +19,7 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from constrained.errors import SchemaError
 from constrained.json_schema import convert_json_schema, json_mode_gbnf, server_json_schema
 from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf
 from tests.json_schema_cases import check_documents, ours, trim, upstream_cases
@@ -178,6 +179,35 @@ def test_generated_documents_accepted_by_llama_and_valid(gpt2, schema) -> None: 
     COUNTS["hypothesis documents accepted by llama.cpp"] = COUNTS.get("hypothesis documents accepted by llama.cpp",
                                                                       0) + a
     COUNTS["hypothesis documents validated"] = COUNTS.get("hypothesis documents validated", 0) + v
+
+
+def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
+    """grammar_from_json_schema returns a Grammar exactly when llama.cpp's sampler accepts its own grammar."""
+    from constrained.json_schema import grammar_from_json_schema
+    from tests.oracle.llama import CGrammar
+
+    vm, _eos = gpt2
+    both = 0
+    for schema in TABLE:
+        text = _text(schema)
+        status, result = ours(text)
+        if status == 1:
+            continue
+        o = oracle_convert(text)
+        try:
+            CGrammar(vm, o.text.encode("utf-8", "surrogateescape")).free()
+            llama_loads = True
+        except ValueError:
+            llama_loads = False
+        try:
+            grammar_from_json_schema(text)
+            we_load = True
+        except SchemaError:
+            we_load = False
+        assert we_load == llama_loads, (text, o.text)
+        both += 1
+    COUNTS["grammars loaded iff llama.cpp loads them"] = both
+    assert both >= 190
 
 
 def test_zz_report_counts() -> None:

@@ -201,7 +201,16 @@ def grammar_from_json_schema(schema: Any, *, strict: bool = False) -> Grammar:
         listing = "\n".join(f"  {k}" for k in result.unenforced)
         raise SchemaError(f"JSON schema error at {first.path}: the grammar does not enforce "
                           f"{len(result.unenforced)} keyword(s):\n{listing}", path=first.path)
-    return dataclasses.replace(Grammar.from_gbnf(result.gbnf), unenforced=result.unenforced)
+    from ..errors import GrammarSyntaxError
+
+    text = result.gbnf.encode("utf-8", "surrogateescape")  # bytes: a pattern may have split a UTF-8 character
+    try:
+        grammar = Grammar.from_gbnf(text)
+    except GrammarSyntaxError as e:
+        # llama.cpp builds this grammar but cannot load it either (e.g. left recursion through anyOf and $ref)
+        raise SchemaError(f"JSON schema error at #: llama.cpp cannot load the grammar it builds for this schema: "
+                          f"{e}", path="#") from e
+    return dataclasses.replace(grammar, unenforced=result.unenforced)
 
 
 def server_json_schema(schema: Any) -> Any:

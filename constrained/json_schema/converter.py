@@ -281,11 +281,11 @@ class Converter:
         quirks: list[str] = []
         try:
             result = pattern_to_rule(node.pattern, rule_name, self.add_rule, self.dotall, quirks)
-            self.ignored.extend(Diagnostic(node.path, q, "pattern") for q in quirks)
+            self.ignored.extend(Diagnostic(node.origin or node.path, q, "pattern") for q in quirks)
             return result
         except UnsupportedPattern as e:
             self.rules = snapshot
-            self.warnings.append(Diagnostic(node.path, f"pattern {node.pattern} is not supported ({e}), "
+            self.warnings.append(Diagnostic(node.origin or node.path, f"pattern {node.pattern} is not supported ({e}), "
                                             "accepting any string", "pattern"))
             return self.add_rule(rule_name, self.add_primitive("string"))
         except InvalidPattern as e:

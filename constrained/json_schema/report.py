@@ -47,6 +47,9 @@ def from_bytes_tree(value: Any) -> Any:
     return value
 
 
+_CLASS_UNSAFE = '"\\]^-'
+
+
 class _Reporter:
     def __init__(self, root_schema: Any) -> None:
         self.root = root_schema  # Unicode JSON, for jsonschema
@@ -82,7 +85,7 @@ class _Reporter:
     def check_values(self, node: N.Node, path: str) -> None:
         """const / enum: the siblings are ignored, which matters only if some listed value violates them."""
         siblings = {u(k): from_bytes_tree(v) for k, v in node.schema.items()
-                    if u(k) in N.KEYWORDS and u(k) not in ("const", "enum")}
+                    if u(k) in N.KEYWORDS and u(k) != node.kind}
         if not siblings:
             return
         v = self.validator()
@@ -130,11 +133,16 @@ class _Reporter:
 
     def extra_object(self, node: N.Node, path: str, s: dict) -> None:
         if node.additional is not None and node.properties:
-            odd = [u(p) for p, _s, _r in node.properties if any(c in '"\\]^-' or ord(c) < 0x20 for c in p)]
-            if odd:
-                self.add(path, "additionalProperties", f"the names {odd} are copied raw into character classes of "
-                                                       "the extra-key rule: it may let them through, or accept keys "
-                                                       "that are not JSON")
+            names = [u(p) for p, _s, _r in node.properties]
+            odd = [n for n in names if any(c in _CLASS_UNSAFE or ord(c) < 0x20 for c in n)]
+            self.add(path, "additionalProperties",
+                     "the extra-key rule starts with a raw character class that also lets a backslash or a control "
+                     "character through unescaped (output that is not JSON), and it does not exclude the named "
+                     "properties when their keys are spelled with escapes"
+                     + (f"; the names {odd} are copied raw into its character classes" if odd else ""))
+            if "*" in names:
+                self.add(path, "properties", "a property named '*' shares llama.cpp's internal name for the extra "
+                                             "keys: its own rule is replaced by theirs")
         req = s.get("required")
         if not isinstance(req, list):
             return
