@@ -416,6 +416,18 @@ def test_text_token_references_match_llama(oracle):
     assert (info.value.line, info.value.column) == (1, 14)
 
 
+def test_json_schema_test_grammars_match_llama(oracle):
+    """The 78 expected grammars of test-json-schema-to-grammar.cpp, and llama.cpp's grammars/ folder."""
+    from tests.json_schema_cases import upstream_cases
+
+    texts = [c.expected for c in upstream_cases() if c.success]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((llama_cpp_source() / "grammars").glob("*.gbnf"))]
+    assert len(texts) == 78 + 8
+    for text in texts:
+        assert check_parity(oracle, text)
+        assert our_verdict(oracle[1], text)[0]
+
+
 def test_custom_roots_match_llama(oracle):
     text = 'start ::= "a" other\nother ::= "b"'
     for root in ("start", "other", "root", "missing"):
