@@ -499,6 +499,7 @@ def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
     t = vocab.tokenize(b" the") or [0]
     u = vocab.tokenize(b",") or [1]
     out["tokens"] = (f"root ::= [a-z]{{1,5}} <[{t[-1]}]> ( [0-9] | !<[{u[0]}]> ){{0,3}} \"!\"?\n")
+    out["any"] = 'root ::= ( . [a-z]? ){1,6} ( "!" | [^a-z\\x00-\\x1f] . )\n'   # CHAR_ANY, negated classes
     # special tokens referenced by their text (matched by id; an end-of-generation one never matches)
     specials = [x for x in (b"<|im_start|>", b"<start_of_turn>", b"<|turn>", b"<s>", b"<|begin_of_text|>",
                             b"<|im_end|>", b"<end_of_turn>", b"<turn|>", b"</s>", b"<|endoftext|>", b"<eos>")
