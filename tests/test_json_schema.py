@@ -286,3 +286,11 @@ def test_validate_bad_schema_raises_schema_error() -> None:
         validate("1", {"type": 12})
     with pytest.raises(SchemaError):
         validate("1", {"$ref": "#/nowhere"})
+
+
+def test_constrained_validate_is_callable_even_after_the_submodule_import() -> None:
+    import constrained
+    import constrained.validate  # noqa: F401  (binds the package attribute to the module)
+
+    assert constrained.validate("1", {"type": "string"})[0].keyword == "type"
+    assert constrained.json_schema_to_gbnf({"type": "null"}).startswith('root ::= "null"')
