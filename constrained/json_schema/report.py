@@ -165,6 +165,10 @@ class _Reporter:
             for kw in ("minLength", "maxLength"):
                 if kw in s:
                     self.add(path, kw, f"ignored: the format {node.format} takes precedence")
+            if node.format in (N.FORMAT_DATE, N.FORMAT_DATE_TIME):
+                self.add(path, "format", "the day is not checked against the month and year (2023-02-31 passes)")
+            elif node.format == N.FORMAT_UUID and s.get("format") != "uuid":
+                self.add(path, "format", f"{u(s['format'])}: any UUID passes, the version digit is not checked")
         if "format" in s and node.format == N.FORMAT_NONE and isinstance(s["format"], str) and not node.pattern:
             self.add(path, "format", f"format {u(s['format'])} is not supported (date, time, date-time, uuid only)")
         if node.max_length >= 0 and node.min_length > node.max_length and not node.pattern:
