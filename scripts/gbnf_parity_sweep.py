@@ -1,8 +1,9 @@
-"""Large accept/refuse sweep of our GBNF parser against llama.cpp's (outside CI).
+"""Large sweep of our GBNF parser against llama.cpp's (outside CI).
 
-For N hypothesis-generated grammars and N random byte strings, compares ``Grammar.from_gbnf`` with
-``llama_sampler_init_grammar`` (NULL or not) and llama.cpp's parse error message (prefix of ours), and checks
-that ``str(grammar)`` of every accepted grammar is accepted by llama.cpp too.
+For N generated valid-ish grammars, N invalid-ish ones and N random byte strings: the parser's result against
+``llama_grammar_parser::parse`` (success, symbol table, rule vectors; C++ shim), ``Grammar.from_gbnf`` against
+``llama_sampler_init_grammar`` (NULL or not, and llama.cpp's error message as the prefix of ours), and
+``str(grammar)`` of every accepted grammar accepted by llama.cpp too.
 
 Usage: GGML_NO_BACKTRACE=1 .venv/bin/python scripts/gbnf_parity_sweep.py [N]
 """
@@ -21,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from constrained.grammar import Grammar  # noqa: E402
 from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars  # noqa: E402
-from tests.test_gbnf_parser import check_parity, llama_verdict  # noqa: E402
+from tests.test_gbnf_parser import check_ir_parity, check_parity, llama_verdict  # noqa: E402
 
 
 def main() -> None:
@@ -34,9 +35,10 @@ def main() -> None:
 
     path = vocab_gguf("llama-spm")
     oracle = (vocab_model(path), Vocabulary.from_llama(Llama(str(path), vocab_only=True, verbose=False)))
-    counts = {"compared": 0, "accepted": 0, "printed": 0}
+    counts = {"compared": 0, "accepted": 0, "printed": 0, "ir": 0}
 
     def one(text: str | bytes) -> None:
+        counts["ir"] += check_ir_parity(text, oracle)
         if check_parity(oracle, text):
             counts["compared"] += 1
             try:
@@ -61,7 +63,8 @@ def main() -> None:
               f"{after['accepted'] - before['accepted']} accepted")
     print(f"{counts['compared']} grammars compared with llama.cpp (verdict + error message), "
           f"{counts['accepted']} accepted, {counts['printed']} printed back and accepted by llama.cpp "
-          f"in {time.time() - t:.0f} s")
+          f"in {time.time() - t:.0f} s; {counts['ir']} compared with llama_grammar_parser's own symbol table and "
+          "rule vectors")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from constrained.errors import GrammarLimitError, GrammarSyntaxError
 from constrained.gbnf import GbnfLimits, parse_gbnf
 from constrained.grammar import Grammar
-from constrained.ir import ElementType
+from constrained.ir import TEXT_TOKEN, TEXT_TOKEN_NOT, ElementType
 from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars
 from tests.oracle.sdist import llama_cpp_source, vocab_gguf
 
@@ -484,3 +484,62 @@ def test_refused_never_ending_grammars_do_not_end_in_llama(text):
             proc.wait()
         else:
             pytest.fail(f"llama.cpp finished: {proc.stdout.read()}")
+
+
+# ---------------------------------------------------------------------------------------------- IR parity
+
+def check_ir_parity(text: str | bytes, oracle=None) -> bool:  # noqa: ANN001
+    """Our parse_gbnf against llama_grammar_parser::parse itself (C++ shim): same success, and on success the
+    same symbol table and the same rule vectors. With ``oracle`` (vocab model, Vocabulary) ``<text>`` token
+    references are resolved on both sides. Returns False where no comparison is made (llama.cpp would hang)."""
+    from constrained.grammar import _resolver
+    from tests.gbnf_oracle import llama_parse
+
+    data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
+    resolve = _resolver(oracle[1]) if oracle is not None else None
+    try:
+        layout = parse_gbnf(data, resolve_token=resolve)
+    except GrammarLimitError as err:
+        if _llama_would_not_finish(err):
+            return False
+        raise
+    except GrammarSyntaxError:
+        layout = None
+    if layout is not None and layout.token_texts and resolve is None:
+        layout = None  # llama.cpp without a vocabulary: "no vocab to parse token"
+    ok, symbols, rules = llama_parse(data, oracle[0].vocab if oracle is not None else None)
+    assert ok == (layout is not None), text
+    if ok:
+        assert layout.symbol_ids == symbols, text
+        ids = layout.resolved or ()
+        tok, tok_not = int(ElementType.TOKEN), int(ElementType.TOKEN_NOT)
+        resolved = tuple(tuple((tok, ids[v]) if k == TEXT_TOKEN else (tok_not, ids[v]) if k == TEXT_TOKEN_NOT
+                               else (k, v) for k, v in rule) for rule in layout.rules)
+        assert resolved == rules, text
+    return True
+
+
+def test_ir_matches_llama_parser(oracle):
+    from tests.json_schema_cases import upstream_cases
+
+    texts = [p[0] for p in PARSINGS] + FAILURES + TRICKY + [c.expected for c in upstream_cases() if c.success]
+    texts += [p.read_text(encoding="utf-8") for p in sorted((llama_cpp_source() / "grammars").glob("*.gbnf"))]
+    from constrained.grammars import load, names
+
+    texts += [load(n) for n in names()]
+    compared = sum(check_ir_parity(t) for t in texts)
+    assert compared >= len(texts) - 10
+    vocab_texts = ['root ::= <s> !</s>* "x" <unk>?', 'root ::= <abc>', 'root ::= !<s>{2} | <[3]>']
+    assert all(check_ir_parity(t, oracle) for t in vocab_texts)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(valid_gbnf_grammars())
+def test_generated_ir_matches_llama_parser(oracle, text):
+    check_ir_parity(text, oracle)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(gbnf_grammars())
+def test_generated_invalid_ir_matches_llama_parser(oracle, text):
+    check_ir_parity(text, oracle)
