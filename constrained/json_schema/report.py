@@ -69,7 +69,15 @@ class _Reporter:
                 continue
             if everything or N.applies(node.kind, kw):
                 spec = N.KEYWORDS[kw]
-                self.add(path, kw, why or (spec.note if spec.support == "ignored" else f"ignored for {node.kind}"))
+                if why:
+                    reason = why
+                elif spec.support == "ignored":
+                    reason = spec.note
+                elif node.kind == N.NUMBER and spec.applies_to == "number":
+                    reason = "llama.cpp enforces bounds on integers only, not on numbers"
+                else:
+                    reason = f"llama.cpp's converter ignores it for a schema of kind {node.kind}"
+                self.add(path, kw, reason)
 
     def validator(self) -> Any:
         if self._validator is None:
