@@ -142,3 +142,19 @@ def schemas(draw: st.DrawFn, max_leaves: int = 8, broken: bool = True) -> dict:
         root = dict(root)
         root[key] = bad
     return root
+
+
+_KEYS = ["type", "properties", "required", "additionalProperties", "items", "prefixItems", "minItems", "maxItems",
+         "anyOf", "oneOf", "allOf", "enum", "const", "pattern", "format", "minLength", "maxLength", "minimum",
+         "maximum", "exclusiveMinimum", "exclusiveMaximum", "$ref", "$defs", "not", "x"]
+_chaos_leaf = st.one_of(json_values, st.sampled_from(TYPES), st.sampled_from(PATTERNS), st.sampled_from(FORMATS),
+                        st.sampled_from(["#/$defs/a", "#/$defs/b", "#/properties/a", "#/items/0", "#"]))
+
+
+def chaos() -> st.SearchStrategy:
+    """Any JSON built from schema keywords with arbitrary values: for 'never anything but a SchemaError'."""
+    return st.recursive(
+        _chaos_leaf,
+        lambda inner: st.one_of(st.lists(inner, max_size=3),
+                                st.dictionaries(st.sampled_from(_KEYS + NAMES[:4]), inner, max_size=4)),
+        max_leaves=12)

@@ -23,7 +23,7 @@ from constrained.errors import SchemaError
 from constrained.json_schema import convert_json_schema, json_mode_gbnf, server_json_schema
 from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf
 from tests.json_schema_cases import check_documents, ours, trim, upstream_cases
-from tests.json_schema_strategies import schemas
+from tests.json_schema_strategies import chaos, schemas
 from tests.json_schema_table import TABLE
 from tests.oracle.schema import OTHER_EXCEPTION, oracle_convert
 
@@ -208,6 +208,16 @@ def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
         both += 1
     COUNTS["grammars loaded iff llama.cpp loads them"] = both
     assert both >= 190
+
+
+
+
+@settings(max_examples=200, deadline=None, database=None, derandomize=True,
+          suppress_health_check=list(HealthCheck))
+@given(chaos())
+def test_arbitrary_keyword_soup_against_oracle(value) -> None:  # noqa: ANN001
+    # never anything but a grammar or a SchemaError, and the same outcome as llama.cpp
+    _count("chaos:" + compare_with_oracle(value))
 
 
 def test_zz_report_counts() -> None:

@@ -67,8 +67,20 @@ def _recursion_headroom(limit: int = 20000) -> Iterator[None]:
             sys.setrecursionlimit(old)
 
 
+def _leaf_productive(n: _nodes.Node) -> bool:
+    """Whether an integer range or a string pattern's own rules derive anything (e.g. not for min > max)."""
+    conv = Converter()
+    try:
+        name = conv.visit(n, "x")
+        rules = read_gbnf(u("".join(f"{k} ::= {v}\n" for k, v in conv.rules.items())))
+    except (SchemaError, ValueError, IndexError):
+        return True
+    return name in productive_rules(rules)
+
+
 def _unproductive_ref_path(doc: _nodes.Document) -> str:
-    """The path of the first $ref that cannot end (node-level least fixpoint), or '#'."""
+    """The path of the first node that cannot end (a $ref cycle, an empty range; node-level least fixpoint), or
+    '#'."""
     good: set[int] = set()
 
     def ok(n: _nodes.Node | None) -> bool:
@@ -85,6 +97,8 @@ def _unproductive_ref_path(doc: _nodes.Document) -> str:
             return all(id(s) in good for _p, s, req in n.properties if req)
         if k == _nodes.ARRAY:
             return n.min_items == 0 or id(n.items) in good
+        if k in (_nodes.INTEGER, _nodes.STRING):
+            return _leaf_productive(n)
         return True
 
     changed = True
@@ -95,8 +109,8 @@ def _unproductive_ref_path(doc: _nodes.Document) -> str:
                 good.add(id(n))
                 changed = True
     for n in doc.nodes:
-        if n.kind == _nodes.REF and id(n) not in good:
-            return u(n.path)
+        if n.kind in (_nodes.REF, _nodes.INTEGER, _nodes.STRING) and id(n) not in good:
+            return u(n.origin or n.path)
     return "#"
 
 
@@ -158,7 +172,7 @@ def convert_json_schema(schema: Any) -> SchemaConversion:
     if rules is not None and "root" not in productive_rules(rules):
         path = _unproductive_ref_path(doc)
         raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
-                          "or contradictory bounds)", path=path)
+                          "contradictory bounds, or an empty character class)", path=path)
     unenforced = collect(doc, conv, value)
     if top != "root":
         # a property named "" at the top level is also named "root" and takes the rule first
