@@ -38,6 +38,19 @@ def test_dict_text_and_bytes_give_the_same_grammar() -> None:
     assert json_schema_to_gbnf(OBJ) == json_schema_to_gbnf(text) == json_schema_to_gbnf(text.encode())
 
 
+def test_pydantic_type_adapter() -> None:
+    pydantic = pytest.importorskip("pydantic")
+    adapter = pydantic.TypeAdapter(list[int])
+    assert json_schema_to_gbnf(adapter) == json_schema_to_gbnf({"type": "array", "items": {"type": "integer"}})
+
+
+def test_keyword_table_text() -> None:
+    from constrained.json_schema import keyword_table
+
+    text = keyword_table()
+    assert "| `uniqueItems` | array | ignored |" in text and text.count("\n") == len(KEYWORDS) + 1
+
+
 def test_pydantic_model_class() -> None:
     pydantic = pytest.importorskip("pydantic")
 

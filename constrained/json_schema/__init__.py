@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
     "convert_json_schema", "grammar_from_json_schema", "json_mode_gbnf", "json_schema_report",
-    "json_schema_to_gbnf", "server_json_schema",
+    "json_schema_to_gbnf", "keyword_table", "server_json_schema",
 ]
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -247,3 +247,14 @@ def json_mode_gbnf() -> str:
     ['root ::= object']
     """
     return json_schema_to_gbnf(JSON_OBJECT_SCHEMA)
+
+
+def keyword_table() -> str:
+    """What llama.cpp's converter does with each JSON schema keyword, as a Markdown table (from ``KEYWORDS``).
+
+    >>> print(keyword_table().splitlines()[0])
+    | keyword | applies to | support | note |
+    """
+    rows = ["| keyword | applies to | support | note |", "|---|---|---|---|"]
+    rows += [f"| `{name}` | {k.applies_to} | {k.support} | {k.note} |" for name, k in KEYWORDS.items()]
+    return "\n".join(rows)
