@@ -220,5 +220,41 @@ def test_arbitrary_keyword_soup_against_oracle(value) -> None:  # noqa: ANN001
     _count("chaos:" + compare_with_oracle(value))
 
 
+def test_integer_range_leaks_are_real_and_complete(gpt2) -> None:  # noqa: ANN001
+    """The report's integer-range leak probe against (a) llama.cpp's sampler: the text it names is accepted by
+    llama.cpp's grammar, and (b) an exhaustive check over small numbers: no leak is missed."""
+    import re
+
+    from constrained.json_schema._json import INT64_MAX, INT64_MIN
+    from constrained.json_schema._rules import int_range_body
+    from constrained.json_schema.report import integer_range_leaks
+    from tests.json_schema_cases import accepted_by_llama
+
+    vm, eos = gpt2
+    rng = random.Random(11)
+    cands = [str(v) for v in range(-1500, 1501)] + [f"{s}0{v}" for s in ("", "-") for v in range(0, 150)]
+    leaky = 0
+    for _ in range(80):
+        lo = rng.choice([INT64_MIN, rng.randint(-1200, 1200)])
+        hi = rng.choice([INT64_MAX, rng.randint(-1200, 1200)])
+        if lo > hi or (lo, hi) == (INT64_MIN, INT64_MAX):
+            continue
+        body = int_range_body(lo, hi, "#")
+        rx = re.compile("".join(re.escape(t[1:-1]) if t.startswith('"') else t
+                                for t in re.findall(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|[()|]', body)))
+        exhaustive = [c for c in cands if rx.fullmatch(c) and (
+            (c.lstrip("-").startswith("0") and c not in ("0", "-0")) or not lo <= int(c) <= hi)]
+        probe = integer_range_leaks(lo, hi)
+        assert (probe is None) == (not exhaustive), (lo, hi, probe, exhaustive[:5])
+        if probe is not None:
+            leaky += 1
+            schema = {"type": "integer"}
+            schema.update({k: v for k, v in (("minimum", lo), ("maximum", hi)) if v not in (INT64_MIN, INT64_MAX)})
+            o = oracle_convert(schema)
+            assert accepted_by_llama(vm, eos, o.text, probe) is True, (schema, probe)
+    COUNTS["integer range leaks confirmed by llama.cpp"] = leaky
+    assert leaky >= 5
+
+
 def test_zz_report_counts() -> None:
     print("\njson schema oracle counts:", dict(sorted(COUNTS.items())))
