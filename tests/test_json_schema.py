@@ -221,7 +221,10 @@ def _kw(schema: object) -> set[tuple[str, str]]:
     ({"type": "string", "format": "uuid4"}, {("#", "format")}),
     ({"type": "string", "pattern": "[a-z]+"}, {("#", "pattern")}),
     ({"type": "string", "pattern": "^[a-z]+$", "minLength": 2}, {("#", "minLength")}),
-    ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, {("#", "oneOf")}),
+    ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, set()),   # disjoint types: exactly one holds anyway
+    ({"oneOf": [{"type": "number"}, {"type": "integer"}]}, {("#", "oneOf")}),
+    ({"oneOf": [{"properties": {"k": {"const": 1}}, "required": ["k"]},
+                {"properties": {"k": {"const": 2}}, "required": ["k"]}]}, set()),  # a discriminator
     ({"$ref": "#/$defs/a", "minLength": 3, "$defs": {"a": {"type": "string"}}}, {("#", "minLength")}),
     ({"type": ["string", "integer"], "minLength": 2, "minimum": 1}, set()),
     ({"type": ["number", "integer"], "minimum": 1}, {("#", "minimum")}),

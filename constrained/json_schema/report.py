@@ -118,7 +118,7 @@ class _Reporter:
         if kind == N.REF:
             self.leftovers(node, path, "ignored next to $ref (llama.cpp follows the reference only)", True)
         elif kind == N.ANY_OF and ("oneOf" in node.consumed or "anyOf" in node.consumed):
-            if "oneOf" in node.consumed:
+            if "oneOf" in node.consumed and not pairwise_disjoint(node.children):
                 self.add(path, "oneOf", N.KEYWORDS["oneOf"].note)
             self.leftovers(node, path, "ignored next to oneOf/anyOf", True)
         elif kind == N.ANY_OF:
@@ -314,6 +314,67 @@ def integer_range_leaks(minimum: int, maximum: int) -> str | None:
             if len(text) <= 17 and pattern.fullmatch(text):
                 return text  # a leading zero: not even a JSON number
     return None
+
+
+_ALL_TYPES = frozenset(("null", "boolean", "number", "string", "array", "object"))
+
+
+def _resolve(n: N.Node | None) -> N.Node | None:
+    seen = 0
+    while n is not None and n.kind == N.REF and seen < 64:
+        n, seen = n.target, seen + 1
+    return None if n is not None and n.kind == N.REF else n
+
+
+def _value_types(n: N.Node | None, depth: int = 0) -> frozenset[str]:
+    """The JSON types a node's values can have (integer counted as number), as common_chat_schema::value_types."""
+    n = _resolve(n)
+    if n is None or depth > 32:
+        return _ALL_TYPES
+    simple = {N.NULL: "null", N.BOOLEAN: "boolean", N.NUMBER: "number", N.INTEGER: "number", N.STRING: "string",
+              N.ARRAY: "array", N.TUPLE: "array", N.OBJECT: "object"}
+    if n.kind in simple:
+        return frozenset((simple[n.kind],))
+    if n.kind in (N.CONST, N.ENUM):
+        def t(v: Any) -> str:
+            return ("null" if v is None else "boolean" if isinstance(v, bool) else "number"
+                    if isinstance(v, (int, float)) else "string" if isinstance(v, str) else "array"
+                    if isinstance(v, list) else "object")
+        return frozenset(t(v) for v in n.values)
+    if n.kind == N.ANY_OF:
+        return frozenset().union(*(_value_types(c, depth + 1) for c in n.children))
+    return _ALL_TYPES
+
+
+def _literals(n: N.Node | None) -> frozenset[str] | None:
+    n = _resolve(n)
+    if n is not None and n.kind in (N.CONST, N.ENUM):
+        from ._json import dump
+
+        return frozenset(dump(v) for v in n.values)
+    return None
+
+
+def _disjoint(a: N.Node, b: N.Node) -> bool:
+    if not (_value_types(a) & _value_types(b)):
+        return True
+    la, lb = _literals(a), _literals(b)
+    if la is not None and lb is not None:
+        return not (la & lb)
+    ra, rb = _resolve(a), _resolve(b)
+    if ra is not None and rb is not None and ra.kind == rb.kind == N.OBJECT:
+        props_b = {p: (s_, req) for p, s_, req in rb.properties}
+        for p, s_, req in ra.properties:
+            if req and p in props_b and props_b[p][1]:
+                la, lb = _literals(s_), _literals(props_b[p][0])
+                if la is not None and lb is not None and not (la & lb):
+                    return True  # a discriminator: a required property with different constants
+    return False
+
+
+def pairwise_disjoint(children: list[N.Node]) -> bool:
+    """Whether no value can match two alternatives (then oneOf = anyOf)."""
+    return all(_disjoint(children[i], children[j]) for i in range(len(children)) for j in range(i + 1, len(children)))
 
 
 def collect(doc: N.Document, conv: Converter, root_schema: Any) -> tuple[UnenforcedKeyword, ...]:
