@@ -69,10 +69,12 @@ _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
 
 def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:
     """The per-vocabulary LRUs of full masks and of uncertain-token answers (bounded whatever the grammars)."""
-    caches = getattr(index, "matcher_caches", None)
-    if caches is None:
-        caches = index.matcher_caches = (_LRU(max(16, _MASK_CACHE_BYTES // max(index.n_vocab, 1))), _LRU(8192))
-    return caches
+    with index._lock:
+        caches = getattr(index, "matcher_caches", None)
+        if caches is None:
+            caches = index.matcher_caches = (_LRU(max(16, _MASK_CACHE_BYTES // max(index.n_vocab, 1))),
+                                             _LRU(8192))
+        return caches
 
 
 class CompiledGrammar:
@@ -88,7 +90,6 @@ class CompiledGrammar:
         self.n_vocab = self.index.n_vocab
         self.rules = GrammarRules(parsed)
         self.initial_stacks: Stacks = self.rules.initial_stacks()
-        self._lock = threading.RLock()
         self._local: dict[Stack, LocalInfo] = {}
         self._token_top: dict[int, np.ndarray] = {}
         self._empty: np.ndarray | None = None
