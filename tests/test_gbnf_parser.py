@@ -434,19 +434,19 @@ def test_custom_roots_match_llama(oracle):
         check_parity(oracle, text, root)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gbnf_grammars())
 def test_generated_grammars_match_llama(oracle, text):
     check_parity(oracle, text)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_gbnf_grammars())
 def test_generated_valid_grammars_match_llama(oracle, text):
     check_parity(oracle, text)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.binary(max_size=80).map(lambda b: b"root ::= " + b))
 def test_random_bytes_match_llama(oracle, data):
     check_parity(oracle, data)
@@ -533,13 +533,13 @@ def test_ir_matches_llama_parser(oracle):
     assert all(check_ir_parity(t, oracle) for t in vocab_texts)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_gbnf_grammars())
 def test_generated_ir_matches_llama_parser(oracle, text):
     check_ir_parity(text, oracle)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(gbnf_grammars())
 def test_generated_invalid_ir_matches_llama_parser(oracle, text):
     check_ir_parity(text, oracle)

@@ -113,7 +113,7 @@ def test_printed_helper_names_do_not_clash():
     assert_same_rules(g2)
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(valid_gbnf_grammars())
 def test_round_trip_generated(text):
     try:
