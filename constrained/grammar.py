@@ -226,7 +226,7 @@ class Grammar:
         if nul != -1:
             data = data[:nul]
         pos = self.token_offsets[i] if i < len(self.token_offsets) else 0
-        message = f"{what} '{text}'" if what == "invalid token" else f"{what} '{text}'"
+        message = f"{what} '{text}'"
         if what == "invalid token":
             message += ": it must tokenize to exactly one token"
         return error_at(data, pos, message)
