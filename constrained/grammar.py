@@ -1,5 +1,14 @@
 """``Grammar``: a GBNF grammar checked as llama.cpp checks it, printable back to GBNF, bindable to a vocabulary.
 
+Where it knowingly differs from ``llama_sampler_init_grammar``:
+
+- an empty text (or one starting with NUL) is an error here; llama.cpp then makes a sampler without a grammar;
+- grammars llama.cpp never finishes loading are refused (``{m,n}`` with m > n; left recursion through rules that
+  can be empty without a literally empty alternative, when it grows the stack), as are grammars beyond
+  :class:`~constrained.gbnf.GbnfLimits` (nesting, size), which can overflow llama.cpp's C stack or memory;
+- without a vocabulary ``<text>`` token references are only checked for syntax; :meth:`Grammar.parsed`
+  resolves them (llama.cpp needs the vocabulary while parsing).
+
 Example:
     >>> g = Grammar.from_gbnf('root ::= "a"+ | "b"')
     >>> g.parsed().rules[0]
