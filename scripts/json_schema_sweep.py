@@ -2,11 +2,12 @@
 with llama.cpp's json_schema_to_grammar through the C++ shim (same text or same error), and documents drawn from each
 grammar checked with llama.cpp's grammar sampler and, when nothing is reported unenforced, with jsonschema.
 
-    .venv/bin/python scripts/json_schema_sweep.py 3000
+    .venv/bin/python scripts/json_schema_sweep.py 3000 [/tmp/last-schema.json]
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import sys
@@ -25,7 +26,7 @@ from tests.oracle.sdist import vocab_gguf  # noqa: E402
 from tests.test_json_schema_oracle import COUNTS, compare_with_oracle  # noqa: E402
 
 
-def main(n: int) -> None:
+def main(n: int, last: str | None = None) -> None:
     vm = vocab_model(vocab_gguf("gpt-2"))
     eos = L.llama_vocab_eos(vm.vocab)
     rng = random.Random(0)
@@ -34,6 +35,8 @@ def main(n: int) -> None:
     @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(schemas())
     def run(schema: dict) -> None:
+        if last:
+            Path(last).write_text(json.dumps(schema, ensure_ascii=False))  # to find a crash of the C++ side
         try:
             COUNTS["oracle:" + compare_with_oracle(schema)] = COUNTS.get("oracle:" + compare_with_oracle(schema), 0) + 1
             a, v = check_documents(vm, eos, schema, rng, n=3)
@@ -51,4 +54,4 @@ def main(n: int) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000)
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1000, sys.argv[2] if len(sys.argv) > 2 else None)
