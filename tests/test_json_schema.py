@@ -183,6 +183,19 @@ def test_space_rule_always_present_and_rules_sorted() -> None:
         assert names == sorted(names)
 
 
+def test_response_format_like_the_server() -> None:
+    from constrained.json_schema import schema_from_response_format as rf
+
+    assert rf({"type": "json_object"}) == {"type": "object"}
+    assert rf({"type": "json_object", "schema": {}}) == {"type": "object"}
+    assert rf({"type": "json_object", "schema": {"type": "array"}}) == {"type": "array"}
+    assert rf({"type": "json_schema", "json_schema": {"name": "x"}}) == {"type": "object"}
+    assert rf({"type": "json_schema", "json_schema": {"schema": {"const": 1}}}) == {"const": 1}
+    assert rf({"type": "text"}) is None and rf({}) is None
+    with pytest.raises(SchemaError, match='must be one of "text" or "json_object", but got: xml'):
+        rf({"type": "xml"})
+
+
 def test_json_mode() -> None:
     assert server_json_schema({}) == JSON_OBJECT_SCHEMA == {"type": "object"}
     assert server_json_schema('{"type": "array"}') == {"type": "array"}

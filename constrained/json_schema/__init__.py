@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = [
     "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
     "convert_json_schema", "grammar_from_json_schema", "json_mode_gbnf", "json_schema_report",
-    "json_schema_to_gbnf", "keyword_table", "server_json_schema",
+    "json_schema_to_gbnf", "keyword_table", "schema_from_response_format", "server_json_schema",
 ]
 
 JSON_OBJECT_SCHEMA: dict[str, Any] = {"type": "object"}
@@ -238,6 +238,35 @@ def server_json_schema(schema: Any) -> Any:
     if isinstance(value, dict) and not value:
         return dict(JSON_OBJECT_SCHEMA)
     return value
+
+
+def schema_from_response_format(response_format: Any) -> Any:
+    """The schema /v1/chat/completions converts for an OpenAI ``response_format`` (None: no constraint), as
+    ``oaicompat_chat_params_parse`` picks it: ``json_object`` uses its ``schema`` (or any object), ``json_schema``
+    uses ``json_schema.schema``, ``text`` or no type means none; an empty schema means any object.
+
+    >>> schema_from_response_format({"type": "json_object"})
+    {'type': 'object'}
+    >>> schema_from_response_format({"type": "json_schema", "json_schema": {"schema": {"type": "integer"}}})
+    {'type': 'integer'}
+    >>> schema_from_response_format({"type": "text"}) is None
+    True
+    """
+    rf = response_format if isinstance(response_format, dict) else {}
+    kind = rf.get("type", "")
+    if not isinstance(kind, str):
+        kind = ""
+    if kind == "json_object":
+        schema = rf.get("schema", {})
+    elif kind == "json_schema":
+        wrapper = rf.get("json_schema", {})
+        schema = wrapper.get("schema", {}) if isinstance(wrapper, dict) else {}
+    elif kind in ("", "text"):
+        return None
+    else:
+        raise SchemaError(f'response_format type must be one of "text" or "json_object", but got: {kind}',
+                          path="#/type")
+    return server_json_schema(schema)
 
 
 def json_mode_gbnf() -> str:
