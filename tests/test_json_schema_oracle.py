@@ -256,5 +256,26 @@ def test_integer_range_leaks_are_real_and_complete(gpt2) -> None:  # noqa: ANN00
     assert leaky >= 5
 
 
+def test_double_dumps_against_oracle() -> None:
+    """nlohmann's Grisu2 dump of doubles (in enum literals): random bit patterns, decimals and huge/tiny values."""
+    import struct
+
+    rng = random.Random(5)
+    values: list[float] = []
+    while len(values) < 3000:
+        k = rng.random()
+        if k < 0.5:
+            x = struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]
+        elif k < 0.8:
+            x = rng.uniform(-1e6, 1e6)
+        else:
+            x = float(rng.randint(-10**17, 10**17)) * 10.0 ** rng.randint(-20, 20)
+        if x == x and abs(x) != float("inf"):
+            values.append(x)
+    for i in range(0, len(values), 100):
+        assert compare_with_oracle({"enum": values[i:i + 100]}) == "same"
+    COUNTS["doubles dumped as llama.cpp does"] = len(values)
+
+
 def test_zz_report_counts() -> None:
     print("\njson schema oracle counts:", dict(sorted(COUNTS.items())))
