@@ -157,16 +157,21 @@ def gpt2():
     return vm, L.llama_vocab_eos(vm.vocab)
 
 
-def test_documents_accepted_by_llama_and_valid(gpt2) -> None:  # noqa: ANN001
-    vm, eos = gpt2
+@pytest.mark.parametrize("vocab", ["gpt-2", "qwen2", "llama-bpe"])
+def test_documents_accepted_by_llama_and_valid(vocab: str) -> None:
+    from tests.oracle.llama import L, vocab_model
+    from tests.oracle.sdist import vocab_gguf
+
+    vm = vocab_model(vocab_gguf(vocab))
+    eos = L.llama_vocab_eos(vm.vocab)
     rng = random.Random(1234)
     checked = valid_checked = 0
     for schema in TABLE:
         a, v = check_documents(vm, eos, schema, rng)
         checked += a
         valid_checked += v
-    COUNTS["table documents accepted by llama.cpp"] = checked
-    COUNTS["table documents validated"] = valid_checked
+    COUNTS[f"table documents accepted by llama.cpp ({vocab})"] = checked
+    COUNTS[f"table documents validated ({vocab})"] = valid_checked
     assert checked >= 400 and valid_checked >= 250
 
 
