@@ -16,9 +16,14 @@ Example:
 from __future__ import annotations
 
 import random as _random
+import re
 from dataclasses import dataclass
 
 MAX_CP = 0x10FFFF
+_WS = re.compile(r"[ \t]*")
+_WS_NL = re.compile(r"[ \t\r\n]*")
+_NAME = re.compile(r"[a-zA-Z0-9-]+")
+_PLAIN = re.compile(r'[^"\\]+')
 
 
 @dataclass(frozen=True)
@@ -38,16 +43,14 @@ class _Reader:
         self.i = 0
 
     def ws(self, newlines: bool) -> None:
-        while self.i < len(self.s) and (self.s[self.i] in " \t" or (newlines and self.s[self.i] in "\r\n")):
-            self.i += 1
+        self.i = (_WS_NL if newlines else _WS).match(self.s, self.i).end()
 
     def name(self) -> str:
-        j = self.i
-        while self.i < len(self.s) and (self.s[self.i].isascii() and (self.s[self.i].isalnum() or self.s[self.i] == "-")):
-            self.i += 1
-        if j == self.i:
+        m = _NAME.match(self.s, self.i)
+        if m is None:
             raise ValueError(f"expecting a name at {self.s[self.i:self.i + 20]!r}")
-        return self.s[j:self.i]
+        self.i = m.end()
+        return m.group(0)
 
     def char(self) -> int:
         s, i = self.s, self.i
@@ -83,6 +86,11 @@ class _Reader:
                 self.i += 1
                 text = []
                 while self.s[self.i] != '"':
+                    m = _PLAIN.match(self.s, self.i)
+                    if m is not None:
+                        text.append(m.group(0))
+                        self.i = m.end()
+                        continue
                     text.append(chr(self.char()))
                 self.i += 1
                 items.append(Item("lit", "".join(text)))
