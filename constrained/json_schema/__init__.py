@@ -1,6 +1,13 @@
 """JSON Schema → GBNF, text for text as llama.cpp's ``json_schema_to_grammar`` (commit 0c1e57098), plus JSON mode
 and a report of every keyword the grammar does not enforce.
 
+Where llama.cpp returns a grammar that cannot work, we raise ``SchemaError`` instead (with ``.path``): a grammar
+that accepts nothing (a ``$ref`` cycle with no way out), a ``{m,n}`` with n < m that llama.cpp's grammar parser
+never finishes loading (minLength > maxLength, integer bounds of more than 16 digits), and an ``allOf`` that refers
+back to itself through ``$ref`` (llama.cpp overflows its stack). Limits: 200 levels of subschemas, 200 000 schema
+nodes, 400 levels / 500 000 values of JSON. Everything else is llama.cpp's text, including its own mistakes, which
+the report names (e.g. ``minimum: 100`` also accepting 10).
+
 Example:
     >>> print(json_schema_to_gbnf({"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}},
     ...                            "required": ["n"]}), end="")
