@@ -14,7 +14,7 @@ _LAZY = {
     "Grammar": ("constrained.grammar", "Grammar"),
     "GrammarMatcher": ("constrained.matcher", "GrammarMatcher"),
     "json_schema_to_gbnf": ("constrained.json_schema", "json_schema_to_gbnf"),
-    "validate": ("constrained.validate", "validate"),
+    "validate": ("constrained.validation", "validate"),
 }
 
 

@@ -38,7 +38,7 @@ from sampler import Params, Sampler, token_probs
 
 from .errors import ConstrainedError
 from .grammar import Grammar
-from .validate import ValidationIssue, validate
+from .validation import ValidationIssue, validate
 from .vocab import TokenAttr, Vocabulary
 
 

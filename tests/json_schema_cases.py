@@ -132,7 +132,7 @@ def check_documents(vm, eos: int, schema: Any, rng: Any, n: int = 3, budget: int
     """Draw ``n`` documents from our grammar for ``schema``; each must be accepted by llama.cpp's grammar sampler
     and, when the schema has no unenforced keyword, validate with jsonschema. Returns (accepted, validated)."""
     from constrained.json_schema._gbnf import read_gbnf, sample
-    from constrained.validate import validate
+    from constrained.validation import validate
     from tests.oracle.llama import CGrammar
 
     try:

@@ -1,4 +1,4 @@
-"""constrained.json_schema and constrained.validate without the oracle: inputs, refusals with paths, limits, the
+"""constrained.json_schema and constrained.validation without the oracle: inputs, refusals with paths, limits, the
 unenforced-keyword report, strict mode, JSON mode, pydantic, and validation results.
 
 (The parity with llama.cpp's converter is proven in test_json_schema_oracle.py.)
@@ -25,7 +25,7 @@ from constrained.json_schema import (
     server_json_schema,
 )
 from constrained.json_schema._json import dump, load
-from constrained.validate import ValidationIssue, validate
+from constrained.validation import ValidationIssue, validate
 
 OBJ = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
        "required": ["name"]}
@@ -320,9 +320,9 @@ def test_validate_bad_schema_raises_schema_error() -> None:
         validate("1", {"$ref": "#/nowhere"})
 
 
-def test_constrained_validate_is_callable_even_after_the_submodule_import() -> None:
+def test_constrained_validate_is_the_function_after_the_submodule_import() -> None:
     import constrained
-    import constrained.validate  # noqa: F401  (binds the package attribute to the module)
+    import constrained.validation  # noqa: F401
 
     assert constrained.validate("1", {"type": "string"})[0].keyword == "type"
     assert constrained.json_schema_to_gbnf({"type": "null"}).startswith('root ::= "null"')

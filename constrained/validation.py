@@ -11,8 +11,6 @@ Example:
 from __future__ import annotations
 
 import json
-import sys
-import types
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,14 +95,3 @@ def validate(document: Any, schema: Any, *, parse: bool | None = None) -> list[V
         raise SchemaError(f"the schema cannot be used for validation: {e}", path="#") from None
     issues.sort(key=lambda i: (i.path, i.keyword, i.message))
     return issues
-
-
-class _CallableModule(types.ModuleType):
-    """``constrained.validate`` is both this module and the function: once the submodule is imported, Python binds
-    the package attribute to the module, so the module itself must be callable."""
-
-    def __call__(self, document: Any, schema: Any, *, parse: bool | None = None) -> list[ValidationIssue]:
-        return validate(document, schema, parse=parse)
-
-
-sys.modules[__name__].__class__ = _CallableModule
