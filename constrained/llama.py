@@ -47,6 +47,11 @@ def _quiet_log(level, text, user_data):  # noqa: ANN001 - llama.cpp's log goes n
     return None
 
 
+# llama.cpp keeps the callback's address for the life of the process and logs while objects are freed at
+# interpreter shutdown, after this module's globals are gone: the callback must never be freed.
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_quiet_log))
+
+
 def _silence_llama_log() -> None:
     L.llama_log_set(_quiet_log, ctypes.c_void_p())
 
@@ -158,16 +163,13 @@ def load_default_model(**kwargs: Any) -> llama_cpp.Llama:
     return load_model(default_model_path(), **kwargs)
 
 
-_VOCABS: dict[int, Vocabulary] = {}
-
-
 def vocabulary_of(llm: llama_cpp.Llama) -> Vocabulary:
-    """The :class:`Vocabulary` of ``llm`` (read once per model and cached)."""
-    key = id(llm._model)
-    v = _VOCABS.get(key)
-    if v is None or getattr(v, "_llama_owner", None) is not llm:
+    """The :class:`Vocabulary` of ``llm``, read once and kept on the ``Llama`` object itself (a global cache would
+    keep models alive until interpreter shutdown)."""
+    v = getattr(llm, "_constrained_vocabulary", None)
+    if v is None:
         v = Vocabulary.from_llama(llm)
-        _VOCABS[key] = v
+        llm._constrained_vocabulary = v
     return v
 
 

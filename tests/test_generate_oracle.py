@@ -40,7 +40,9 @@ N_TOKENS = 64
 def llm(default_model_path):
     from constrained.llama import load_model
 
-    return load_model(default_model_path, n_ctx=512)
+    m = load_model(default_model_path, n_ctx=512)
+    yield m
+    m.close()
 
 
 def _run(llm, schema, prompt, params, totals) -> None:

@@ -31,6 +31,7 @@ def _silent_log(level, text, user_data):  # noqa: ANN001
     return None
 
 
+ctypes.pythonapi.Py_IncRef(ctypes.py_object(_silent_log))  # never freed: llama.cpp may log at interpreter exit
 L.llama_log_set(_silent_log, ctypes.c_void_p())
 L.llama_backend_init()
 
