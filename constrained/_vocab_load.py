@@ -36,6 +36,13 @@ _EOG_TEXTS = {b"<|eot_id|>", b"<|im_end|>", b"<|end|>", b"<|return|>", b"<|call|
               "<｜end▁of▁sentence｜>".encode(), b"[e~["}
 _HARMONY_USER = {b"<|channel|>", b"<|message|>", b"<|start|>", b"<|constrain|>"}
 _ESCAPED_PRE = {"gemma4", "granite-embed-multi-311m", "sarvam-moe"}
+# BPE pre-tokenizers whose branch in llama_vocab::impl::load sets clean_spaces = false (all others keep true)
+_BPE_NO_CLEAN = {"afmoe", "bailingmoe", "bailingmoe2", "chameleon", "cohere2moe", "command-r", "deepseek-coder",
+                 "deepseek-llm", "deepseek-r1-qwen", "deepseek-v3", "f2llmv2", "gpt-4o", "granite-docling",
+                 "granite-embed-multi-97m", "grok-2", "hunyuan", "hunyuan-dense", "hy_v4", "joyai-llm", "kanana2",
+                 "kimi-k2", "kormo", "laguna", "llada-moe", "llama4", "minimax-m2", "poro-chat", "qwen2", "qwen35",
+                 "sarvam-moe", "seed-coder", "smollm", "solar-open", "spark2_5", "superbpe", "talkie", "tekken",
+                 "tiny_aya", "trillion", "ufakzeka", "viking", "youtu"}
 _SPACE = "\u2581".encode()
 
 
@@ -127,6 +134,8 @@ class LoadedVocab:
     special: dict[str, int]  # bos, eos, eot, ... (NULL = -1)
     suppress_tokens: list[int]
     tokenizer_pre: str
+    add_space_prefix: bool   # detokenize drops one leading space of the first token
+    clean_spaces: bool       # detokenize's clean_up_tokenization_spaces passes
 
 
 def _str(v: Any) -> str:
@@ -161,6 +170,10 @@ def load_vocab(meta: dict[str, Any], path: Path) -> LoadedVocab:
     else:
         raise VocabularyError(f"{path}: tokenizer model {model!r} is not supported (llama, gpt2, bert, t5, gemma4)")
     escape_ws = vtype != "bpe" or pre in _ESCAPED_PRE
+    add_space_prefix = vtype == "spm"
+    clean_spaces = vtype == "wpm" or (vtype == "bpe" and pre not in _BPE_NO_CLEAN)
+    if "tokenizer.ggml.add_space_prefix" in meta:
+        add_space_prefix = bool(meta["tokenizer.ggml.add_space_prefix"])
 
     texts = meta.get("tokenizer.ggml.tokens")
     if not isinstance(texts, list):
@@ -235,7 +248,7 @@ def load_vocab(meta: dict[str, Any], path: Path) -> LoadedVocab:
         attrs[s_id] = A_NORMAL
 
     pieces = [_piece(texts[i], attrs[i], vtype, escape_ws) for i in range(n)]
-    return LoadedVocab(vtype, texts, attrs, pieces, eog, sp, suppress, pre)
+    return LoadedVocab(vtype, texts, attrs, pieces, eog, sp, suppress, pre, add_space_prefix, clean_spaces)
 
 
 def _piece(text: bytes, attr: int, vtype: str, escape_ws: bool) -> bytes:

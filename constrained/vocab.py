@@ -53,7 +53,8 @@ class Vocabulary:
     def __init__(self, pieces: Sequence[bytes], eog_ids: Iterable[int] = (), *,
                  attrs: Sequence[int] | None = None, tokenizer: Tokenizer | None = None,
                  name: str = "vocabulary", special_ids: dict[str, int] | None = None,
-                 suppress_tokens: Iterable[int] = (), vocab_type: str = "") -> None:
+                 suppress_tokens: Iterable[int] = (), vocab_type: str = "", add_space_prefix: bool | None = None,
+                 clean_spaces: bool | None = None) -> None:
         self.pieces: tuple[bytes, ...] = tuple(bytes(p) for p in pieces)
         n = len(self.pieces)
         eog = frozenset(int(i) for i in eog_ids)
@@ -72,6 +73,9 @@ class Vocabulary:
         self.suppress_tokens: tuple[int, ...] = tuple(int(t) for t in suppress_tokens)
         #: "spm", "bpe", "wpm" or "ugm" when known
         self.vocab_type = vocab_type
+        #: llama.cpp's detokenize flags (DRY renders tokens with ``detokenize``); None when unknown
+        self.add_space_prefix = add_space_prefix
+        self.clean_spaces = clean_spaces
         self._special_index: dict[bytes, int] | None = None
 
     def __len__(self) -> int:
@@ -170,7 +174,8 @@ class Vocabulary:
                                       "tokenizer.ggml.precompiled_charsmap", "tokenizer.huggingface.json"})
         lv = load_vocab(meta, p)
         return cls(lv.pieces, lv.eog_ids, attrs=lv.attrs, name=p.name, special_ids=lv.special,
-                   suppress_tokens=lv.suppress_tokens, vocab_type=lv.vocab_type)
+                   suppress_tokens=lv.suppress_tokens, vocab_type=lv.vocab_type,
+                   add_space_prefix=lv.add_space_prefix, clean_spaces=lv.clean_spaces)
 
     @classmethod
     def from_llama(cls, llm: Any) -> Vocabulary:

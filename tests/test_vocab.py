@@ -26,7 +26,26 @@ def _compare(path) -> tuple[int, int]:
     assert (np.array(ours.attrs) & 0x3F == c_attr).all()
     assert ours.bos_id == L.llama_vocab_bos(vm.vocab)
     assert ours.eos_id == L.llama_vocab_eos(vm.vocab)
+    _compare_detokenize(vm, ours)
     return vm.n_vocab, len(c_eog)
+
+
+def _compare_detokenize(vm, ours: Vocabulary) -> None:
+    """DRY renders each token with ``llama_detokenize({id}, remove_special=false, unparse_special=true)``: our
+    add_space_prefix / clean_spaces flags must reproduce it for every token."""
+    import ctypes
+
+    from sampler.dry import token_text
+    from tests.oracle.llama import L
+
+    buf = ctypes.create_string_buffer(1024)
+    bad = []
+    for i in range(vm.n_vocab):
+        tok = (L.llama_token * 1)(i)
+        k = L.llama_detokenize(vm.vocab, tok, 1, buf, len(buf), False, True)
+        if token_text(ours, i) != buf.raw[:k]:
+            bad.append((i, token_text(ours, i), buf.raw[:k]))
+    assert not bad, f"{len(bad)} detokenized texts differ, first: {bad[:5]}"
 
 
 @pytest.mark.parametrize("name", VOCABS)
