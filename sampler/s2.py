@@ -29,49 +29,20 @@ Example:
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import os
 from dataclasses import dataclass
 
 import numpy as np
 
+from .mathf import expf_vec
 from .rng import Mt19937, discrete_distribution
 from .stdalgo import sort_perm, sort_prefix_perm
 
 __all__ = ["S2Params", "S2Sampler", "expf", "s2_sample"]
 
-# ----------------------------------------------------------------------------------------------------------- expf
-
-_libm = ctypes.CDLL(ctypes.util.find_library("m") or "libm.so.6")
-_c_expf = _libm.expf
-_c_expf.argtypes = [ctypes.c_float]
-_c_expf.restype = ctypes.c_float
-
-# glibc's expf evaluates a double approximation y of exp(x) with relative error below 2**-33 and returns (float)y.
-# numpy's float64 exp is within a few double ulps of exp(x).  Wherever every double within 2**-32 (relative) of
-# numpy's value rounds to the same float, glibc's y does too: that float is expf(x).  The rest (under 1%) call
-# libm's expf itself.  scripts/s2_expf_check.py compares this with libm for every float32 x in [-104, 0].
-_MARGIN = 2.0**-32
-
-
-def expf(x: np.ndarray) -> np.ndarray:
-    """glibc's ``expf`` element-wise on a float32 array, bit for bit (numpy's float32 ``exp`` is not).
-
-    Example:
-        >>> expf(np.array([0.0, -1.0, -np.inf], dtype=np.float32)).tolist()
-        [1.0, 0.3678794503211975, 0.0]
-    """
-    x = np.asarray(x, dtype=np.float32)
-    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
-        y = np.exp(x.astype(np.float64))
-        out = y.astype(np.float32)
-        hard = (y * (1.0 - _MARGIN)).astype(np.float32) != (y * (1.0 + _MARGIN)).astype(np.float32)
-    if hard.any():
-        idx = np.flatnonzero(hard)
-        out[idx] = [_c_expf(v) for v in x[idx].tolist()]
-    return out
+# glibc's expf over an array, bit for bit: the one implementation in sampler.mathf
+expf = expf_vec
 
 
 # ----------------------------------------------------------------------------------------------------------- params

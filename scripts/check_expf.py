@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Exhaustive proof that sampler.mathf.expf_vec equals glibc's expf on every float32 in [-104, 0] (and -0, -inf).
+"""Exhaustive proof that sampler.mathf.expf_vec (used by the chain and by s2) equals glibc's expf on every float32
+in [-104, 0] (and -0, -inf).
 
 Softmax only ever takes expf of ``logit - max`` <= 0, and below -103.97 the result is 0. A tiny C function compiled
 with gcc fills a buffer with glibc's expf (the same libm the samplers' C code links); the numpy path must give the
