@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .params import samplers_from_names, strtof
+from .params import samplers_from_names, strtof, strtol
 
 _INT_KEYS = {"top_k": "top_k", "penalty_last_n": "penalty_last_n", "mirostat": "mirostat"}
 _FLOAT_KEYS = {"top_p": "top_p", "min_p": "min_p", "xtc_probability": "xtc_probability",
@@ -45,43 +45,21 @@ def _to_string(value: Any, vtype: str) -> str | None:
     return str(int(value))
 
 
-def _strtol(s: str) -> tuple[int, bool]:
-    i = 0
-    while i < len(s) and s[i] in " \t\n\v\f\r":
-        i += 1
-    j = i
-    if j < len(s) and s[j] in "+-":
-        j += 1
-    k = j
-    while k < len(s) and s[k].isdigit() and s[k] in "0123456789":
-        k += 1
-    if k == j:
-        return 0, False
-    v = max(-(2**63), min(2**63 - 1, int(s[i:k])))
-    v &= 0xFFFFFFFF  # (int32_t) of a long
-    return (v - 2**32 if v >= 2**31 else v), True
-
-
 def _read_kv(path: str) -> dict[str, str]:
-    from gguf import GGUFReader
+    """The scalar ``general.sampling.*`` values of a GGUF as ``gguf_kv_to_str`` strings (keys without the prefix)."""
+    from constrained.gguf_meta import read_metadata
 
-    r = GGUFReader(str(path))
+    meta = read_metadata(path, skip={"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                                     "tokenizer.ggml.token_type", "tokenizer.chat_template"})
     out: dict[str, str] = {}
-    for name, f in r.fields.items():
+    for name, val in meta.items():
         if not name.startswith("general.sampling."):
             continue
-        vtype = f.types[0].name if f.types else ""
-        if vtype == "ARRAY":
-            continue
-        if vtype == "STRING":
-            val: Any = bytes(f.parts[f.data[0]]).decode("utf-8", "replace")
-        else:
-            val = f.parts[f.data[0]][0]
-            if vtype == "FLOAT32":
-                val = float(np.float32(val))
-        s = _to_string(val, vtype)
-        if s is not None:
-            out[name[len("general.sampling."):]] = s
+        if isinstance(val, (list, np.ndarray)):
+            continue                                  # arrays are not kept by llama.cpp
+        vtype = ("STRING" if isinstance(val, bytes) else "BOOL" if isinstance(val, bool)
+                 else "FLOAT32" if isinstance(val, float) else "INT")
+        out[name[len("general.sampling."):]] = _to_string(val, vtype)
     return out
 
 
@@ -97,9 +75,10 @@ def sampling_from_kv(kv: dict[str, str], base: Any, user_set: frozenset[str] = f
         if attr in user_set or key not in kv or len(kv[key]) == 0:
             continue
         if key in _INT_KEYS:
-            v, ok = _strtol(kv[key].encode()[:63].decode("utf-8", "ignore"))
-            if ok:
-                cur[attr] = v
+            v, end = strtol(kv[key].encode()[:63].decode("utf-8", "ignore"))
+            if end > 0:
+                v &= 0xFFFFFFFF                       # (int32_t) of the long
+                cur[attr] = v - 2**32 if v >= 2**31 else v
         else:
             fv, ok = strtof(kv[key].encode()[:127].decode("utf-8", "ignore"))
             if ok:

@@ -154,6 +154,23 @@ class Params:
         return eval_ollama(cls, options, base or cls())
 
 
+def strtol(s: str) -> tuple[int, int]:
+    """C ``strtol(s, &end, 10)``: ``(value, end)``, the value clamped to a 64-bit long and ``end`` the index where
+    parsing stopped (0 when no digits were read, as C leaves ``end == s``)."""
+    i = 0
+    while i < len(s) and s[i] in " \t\n\v\f\r":
+        i += 1
+    j = i
+    if j < len(s) and s[j] in "+-":
+        j += 1
+    k = j
+    while k < len(s) and s[k] in "0123456789":
+        k += 1
+    if k == j:
+        return 0, 0
+    return max(-(2**63), min(2**63 - 1, int(s[i:k]))), k
+
+
 def strtof(s: str) -> tuple[float, bool]:
     """C ``strtof`` of a decimal prefix (correctly rounded to float32); ``(value, parsed)``."""
     import re

@@ -20,7 +20,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
-from .params import FLT_MAX, INT32_MAX, _round_f32, f32, samplers_from_chars, samplers_from_names
+from .params import FLT_MAX, INT32_MAX, _round_f32, f32, samplers_from_chars, samplers_from_names, strtol
 
 INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1
@@ -151,24 +151,6 @@ _FIELDS: list[tuple[tuple[str, ...], str, float, float, bool, str | None]] = [
 ]
 
 
-def _strtol(s: str) -> tuple[int, bool]:
-    """C ``strtol(s, &end, 10)``: (value, whether *end == 0)."""
-    i = 0
-    while i < len(s) and s[i] in " \t\n\v\f\r":
-        i += 1
-    j = i
-    if j < len(s) and s[j] in "+-":
-        j += 1
-    k = j
-    while k < len(s) and s[k] in "0123456789":
-        k += 1
-    if k == j:
-        return 0, len(s) == 0
-    v = int(s[i:k])
-    v = max(-(2**63), min(2**63 - 1, v))
-    return v, k == len(s)
-
-
 def _tokenize(vocab: Any, text: str) -> list[int]:
     if vocab is None:
         raise ValueError("logit_bias with a string token needs a vocabulary (pass vocab=...)")
@@ -209,7 +191,8 @@ def _logit_bias(v: Any, vocab: Any) -> tuple[tuple[int, float], ...]:
             b = bias_of(val)
             if b is None:
                 continue
-            t, whole = _strtol(key)
+            t, end = strtol(key)
+            whole = end == len(key)
             if whole:
                 t = _wrap(t, 32, True)
                 if in_range(t):
