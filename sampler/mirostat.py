@@ -38,7 +38,30 @@ class _Seeded:
         return o
 
 
-class Mirostat(_Seeded):
+class _MirostatBase(_Seeded):
+    """What mirostat v1 and v2 share: the draw, the mu update inside apply, the reset."""
+
+    tau: np.float32
+    eta: np.float32
+    mu: np.float32
+
+    def _draw_and_update(self, c: Candidates) -> None:
+        idx = sample_discrete(c, self.rng)
+        c.selected = idx
+        surprise = _F32(-_F32(mathf.log2f(float(c.p[idx]))))
+        e = _F32(surprise - self.tau)
+        self.mu = _F32(self.mu - _F32(self.eta * e))
+
+    def accept(self, token: int) -> None:
+        pass
+
+    def reset(self) -> None:
+        self.mu = _F32(_F32(2.0) * self.tau)
+        self.seed_cur = rng_seed(self.seed)
+        self.rng.seed(self.seed_cur)
+
+
+class Mirostat(_MirostatBase):
     """``llama_sampler_init_mirostat(n_vocab, seed, tau, eta, m)``."""
 
     name = "mirostat"
@@ -72,19 +95,7 @@ class Mirostat(_Seeded):
         ki = _float_to_int(k)
         top_k_impl(c, max(ki, 1))
         softmax(c, True)
-        idx = sample_discrete(c, self.rng)
-        c.selected = idx
-        surprise = _F32(-_F32(mathf.log2f(float(c.p[idx]))))
-        e = _F32(surprise - self.tau)
-        self.mu = _F32(self.mu - _F32(self.eta * e))
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        self.mu = _F32(_F32(2.0) * self.tau)
-        self.seed_cur = rng_seed(self.seed)
-        self.rng.seed(self.seed_cur)
+        self._draw_and_update(c)
 
 
 def _float_to_int(x: np.float32) -> int:
@@ -95,7 +106,7 @@ def _float_to_int(x: np.float32) -> int:
     return int(v)
 
 
-class MirostatV2(_Seeded):
+class MirostatV2(_MirostatBase):
     """``llama_sampler_init_mirostat_v2(seed, tau, eta)``."""
 
     name = "mirostat-v2"
@@ -112,19 +123,7 @@ class MirostatV2(_Seeded):
         cut = _first_surprise_above(c.p, self.mu)
         c.truncate(max(cut, 1))
         softmax(c, True)
-        idx = sample_discrete(c, self.rng)
-        c.selected = idx
-        surprise = _F32(-_F32(mathf.log2f(float(c.p[idx]))))
-        e = _F32(surprise - self.tau)
-        self.mu = _F32(self.mu - _F32(self.eta * e))
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        self.mu = _F32(_F32(2.0) * self.tau)
-        self.seed_cur = rng_seed(self.seed)
-        self.rng.seed(self.seed_cur)
+        self._draw_and_update(c)
 
 
 def _first_surprise_above(p: np.ndarray, mu: np.float32) -> int:
