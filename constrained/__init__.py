@@ -5,7 +5,14 @@ The root imports only the light core (lark, numpy, jsonschema); integrations liv
 
 from __future__ import annotations
 
-from .errors import ConstrainedError, GrammarLimitError, GrammarSyntaxError, SchemaError, VocabularyError
+from .errors import (
+    ConstrainedError,
+    GrammarLimitError,
+    GrammarStateError,
+    GrammarSyntaxError,
+    SchemaError,
+    VocabularyError,
+)
 from .vocab import TokenAttr, Vocabulary
 
 __version__ = "0.1.0"
@@ -27,5 +34,5 @@ def __getattr__(name: str):  # PEP 562: import the heavier modules on first use
     raise AttributeError(f"module 'constrained' has no attribute {name!r}")
 
 
-__all__ = ["ConstrainedError", "GrammarLimitError", "GrammarSyntaxError", "SchemaError", "TokenAttr",
+__all__ = ["ConstrainedError", "GrammarLimitError", "GrammarStateError", "GrammarSyntaxError", "SchemaError", "TokenAttr",
            "Vocabulary", "VocabularyError", *_LAZY]

@@ -31,6 +31,10 @@ class GrammarLimitError(GrammarSyntaxError):
     """A grammar that exceeds a size or nesting limit (raised instead of hanging or exhausting memory)."""
 
 
+class GrammarStateError(ConstrainedError, ValueError):
+    """Rule vectors llama.cpp could not run (a bad rule reference, left recursion, a rule that expands forever)."""
+
+
 class SchemaError(ConstrainedError, ValueError):
     """A JSON schema that cannot be converted; ``path`` is the JSON path of the offending keyword."""
 

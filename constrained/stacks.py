@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from .errors import ConstrainedError
+from .errors import GrammarStateError
 from .ir import ElementType, ParsedGrammar, endless_expansion_index, left_recursion_index
 
 END, ALT, RULE_REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
@@ -50,10 +50,6 @@ class _AsciiTables(dict):
     def __missing__(self, p: int) -> bytes:
         t = self[p] = bytes(self.rules.match_char(p, c) for c in range(128))
         return t
-
-
-class GrammarStateError(ConstrainedError, ValueError):
-    """The element vectors are not a grammar llama.cpp could run (bad rule reference, stack on a non-terminal)."""
 
 
 class GrammarRules:

@@ -109,7 +109,7 @@ def test_misuse_raises() -> None:
 
 
 def test_left_recursive_rules_are_refused_not_expanded_forever() -> None:
-    from constrained.stacks import GrammarStateError
+    from constrained.errors import GrammarStateError
 
     v = Vocabulary([b"a"])
     left = ParsedGrammar((((T.RULE_REF, 0), (T.CHAR, 97), (T.ALT, 0), (T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0)
