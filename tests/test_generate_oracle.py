@@ -106,3 +106,28 @@ def test_generation_matches_llama_server(llm, si: int) -> None:
         with open(out, "a") as f:
             f.write(json.dumps({"schema": si, **totals}) + "\n")
     assert totals["tokens"] >= 5
+
+
+def test_generate_probs_match_llama_server(llm) -> None:
+    """``n_probs``: at every generated position, the reported top tokens, their probabilities and the sampled token's
+    probability are the 32-bit floats llama-server's get_token_probabilities computes from the same raw logits."""
+    import llama_cpp
+
+    from constrained.llama import generate_stream
+    from sampler import Params
+    from tests.oracle.sampler_cxx import server_token_probs
+
+    steps = 0
+    for si, n_probs in ((0, 5), (2, 1), (6, 20)):
+        params = Params(seed=11 + si, temp=0.9, n_probs=n_probs)
+        for ev in generate_stream(llm, PROMPTS[si % len(PROMPTS)], schema=SCHEMAS[si], params=params, n_predict=24):
+            logits = np.ctypeslib.as_array(llama_cpp.llama_cpp.llama_get_logits_ith(llm.ctx, -1),
+                                           shape=(llm.n_vocab(),)).copy()
+            ids, ps = server_token_probs(logits, n_probs)
+            assert [p.token for p in ev.probs] == ids[:n_probs].tolist()
+            assert np.array_equal(np.array([p.prob for p in ev.probs], np.float32).view(np.uint32),
+                                  ps[:n_probs].view(np.uint32))
+            where = np.flatnonzero(ids == ev.token)[0]
+            assert np.float32(ev.prob).view(np.uint32) == ps[where].view(np.uint32)
+            steps += 1
+    assert steps >= 10
