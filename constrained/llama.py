@@ -246,7 +246,7 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | Sequence[int], *, gramma
     vocab = vocabulary_of(llm)
     n_vocab = len(vocab)
     res = result if result is not None else Generation("", [], [], "", [], {})
-    res.schema = schema if schema is not None else None
+    res.schema = schema
     t0 = time.perf_counter()
     prompt_toks = _tokenize_prompt(llm, prompt)
     res.prompt_tokens = prompt_toks
@@ -261,6 +261,7 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | Sequence[int], *, gramma
     t_forward = 0.0
     text = bytearray()
     stops = [s.encode() for s in stop if s]
+    longest_stop = max((len(s) for s in stops), default=0)
     n_probs = int(getattr(params, "n_probs", 0) or 0)
     res.stop_reason = "limit"
     i = 0
@@ -294,12 +295,15 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | Sequence[int], *, gramma
             res.stop_reason = "eos"
             break
         text += piece
-        hit = next(((text.find(s), s) for s in stops if s in text), None)
-        if hit is not None:
-            del text[hit[0]:]
-            res.stop_reason = "word"
-            res.stopping_word = hit[1].decode()
-            break
+        if stops:   # a stop string can only end inside the new piece: search the tail, take the earliest match
+            start = max(0, len(text) - len(piece) - longest_stop + 1)
+            hits = [(pos, s) for s in stops if (pos := text.find(s, start)) >= 0]
+            if hits:
+                pos, word = min(hits)
+                del text[pos:]
+                res.stop_reason = "word"
+                res.stopping_word = word.decode()
+                break
         if matcher is not None and all(not s for s in matcher.stacks):
             res.stop_reason = "grammar"   # only an end-of-generation token could follow: the text is complete
             break
