@@ -33,6 +33,7 @@ SAMPLER_FLAGS: list[tuple[str, str, type]] = [
     ("--dynatemp-range", "dynatemp_range", float), ("--dynatemp-exp", "dynatemp_exponent", float),
     ("--mirostat", "mirostat", int), ("--mirostat-lr", "mirostat_eta", float),
     ("--mirostat-ent", "mirostat_tau", float), ("--min-keep", "min_keep", int), ("--samplers", "samplers", str),
+    ("--sampling-seq", "sampling_seq", str),
     ("--n-probs", "n_probs", int),
 ]
 
@@ -100,7 +101,11 @@ def _request_body(args: argparse.Namespace) -> dict[str, Any]:
     for _flag, field, _ in SAMPLER_FLAGS:
         v = getattr(args, field)
         if v is not None:
-            body[field] = [s for s in v.split(";") if s] if field == "samplers" and ";" in v else v
+            # --samplers takes names separated by ';' (llama-server's flag); --sampling-seq takes letters
+            body[field] = [s for s in v.split(";") if s] if field == "samplers" else v
+    seq = body.pop("sampling_seq", None)
+    if seq is not None and "samplers" not in body:
+        body["samplers"] = seq                  # a string of sampler letters, as the request field accepts
     if args.seed is not None:
         body["seed"] = args.seed
     return body
