@@ -123,8 +123,8 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     """The first ``k`` indices of ``std::partial_sort(first, first+k, last, greater)`` over ``keys``.
 
     Without ties among the leaders the answer is just the top ``k`` by value (found with one threshold pass);
-    otherwise libstdc++'s heap selection decides, run by :func:`sampler.stdalgo.partial_sort_perm` on the elements
-    that can take part in it (see :func:`heap_participants`).
+    otherwise libstdc++'s heap selection decides, run exactly by :func:`sampler.stdalgo.partial_sort_top` (on the
+    whole array for large ones, else on the elements that can take part in it, see :func:`heap_participants`).
     """
     if k <= 0:
         return np.empty(0, np.intp)
@@ -133,6 +133,8 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
         fast = _distinct_top(keys, k)
         if fast is not None:
             return fast
+        # tied leaders: the exact heap run over the whole array (its own filter skips what cannot enter)
+        return stdalgo.partial_sort_top(keys, k, descending=True)
     sub = heap_participants(keys, k)
     vals = keys if sub is None else keys[sub]
     m = len(vals)
@@ -146,19 +148,23 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
         # no ties among the leaders (nor at the cut): the heap selection can only give them in value order
         chosen = order[:k]
     else:
-        chosen = np.asarray(stdalgo.partial_sort_perm(vals, k, descending=True))[:k]
+        chosen = stdalgo.partial_sort_top(vals, k, descending=True)
     return chosen if sub is None else sub[chosen]
 
 
 def _distinct_top(keys: np.ndarray, k: int) -> np.ndarray | None:
     """Top-k indices in descending order when the k+1 largest values are all distinct (one threshold pass over a
-    sampled cut-off), else None."""
+    sampled cut-off), else None (at once when the sample's leaders already tie: a cost decision only)."""
     n = len(keys)
     stride = n // 2048
     sample = keys[::stride]
     m = len(sample)
     r = min(m, (4 * k) // stride + 2)
-    t = np.partition(sample, m - r)[m - r]
+    part = np.partition(sample, m - r)
+    lead = part[m - r:]
+    if np.unique(lead).size < r:  # ties among the sampled leaders: the full check would most likely fail too
+        return None
+    t = lead.min()
     idx = np.flatnonzero(keys >= t)
     if len(idx) <= k:
         return None

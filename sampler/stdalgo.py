@@ -48,6 +48,7 @@ import numpy as np
 __all__ = [
     "codes_for",
     "partial_sort_perm",
+    "partial_sort_top",
     "sort_perm",
     "sort_prefix_perm",
     "sort_segments_perm",
@@ -156,34 +157,77 @@ def _candidates(keys: np.ndarray, start: int, bound: float, descending: bool):
         step *= 2
 
 
-def _heap_select_distinct(kf: np.ndarray, k: int, head: list, descending: bool):
-    """``__heap_select`` + ``__sort_heap`` with :mod:`heapq` instead of libstdc++'s heap, valid only when the keys
-    of every element that enters the heap are distinct: then each ``__pop_heap`` evicts the unique worst key and
-    ``__sort_heap`` has a single possible result, whatever the heap's inner arrangement.  Returns None (the caller
-    runs the exact heap port) when two of those keys are equal."""
-    heap = [(-v, j) for j, v in enumerate(head)]  # heapq's minimum is libstdc++'s top: the worst key
-    heapq.heapify(heap)
+class _Item(float):
+    """A heap entry: the float key (compared alone, by float's C comparison) carrying the element's id in ``i``."""
+
+    __slots__ = ("i",)
+
+
+_CHUNK, _GROW = 128, 4  # the candidate filter's first chunk and its growth (cost only: any chunking is exact)
+_HEAPIFY_MAX = 2500  # CPython's C heapify switches to a differently ordered (cache-friendly) build above this
+
+
+def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
+    """``__heap_select(first, first + k, last)`` + ``__sort_heap(first, first + k)``, exact, run by C :mod:`heapq`.
+
+    CPython's ``heapq`` performs libstdc++'s very moves: ``heapreplace``/``heappop`` sift the hole down to a leaf
+    taking the right child unless the left one is strictly smaller (``__adjust_heap``: the left only if
+    ``comp(right, left)``), then sift the value up while it is strictly smaller than its parent (``__push_heap``);
+    ``heapify`` (up to 2500 entries) runs that from ``n // 2 - 1`` down to 0 (``__make_heap``); ``heappop`` moves the
+    last entry to the root and sifts it over the shortened heap, as ``__pop_heap(first, last - 1, last - 1)`` in
+    ``__sort_heap``.  With entries compared by the key alone (``_Item``: a float, no tie-break), heapq's minimum is
+    libstdc++'s top (the worst kept key) and every tie falls the same way.  Returns (the sorted first k ids, the
+    trigger positions, the ids evicted there) (the last two empty unless ``record``).
+    """
+    n = kf.size
+    # heap entries hold w = key (descending) or -key (ascending): heapq's "<" is then libstdc++'s comp(b, a)
+    head = (kf[:k] if descending else -kf[:k]).tolist()
+    heap = []
+    item = _Item
+    for j, v in enumerate(head):
+        x = item(v)
+        x.i = j
+        heap.append(x)
+    if k <= _HEAPIFY_MAX:
+        heapq.heapify(heap)
+    else:  # as std::__make_heap, by the Python port (max-heap on the negated keys)
+        hk = [-v for v in head]
+        hid = list(range(k))
+        _make_heap(hk, hid, k)
+        for j in range(k):
+            x = item(-hk[j])
+            x.i = hid[j]
+            heap[j] = x
     evict_pos: list[int] = []
     evict_id: list[int] = []
-    entered = head[:]
     replace = heapq.heapreplace
-    gen = _candidates(kf, k, -heap[0][0], descending)
-    try:
-        cands = next(gen)
-        while True:
-            for i, vi in zip(*cands, strict=True):
-                if -vi > heap[0][0]:  # comp(*i, *first)
-                    old = replace(heap, (-vi, i))
-                    evict_pos.append(i)
-                    evict_id.append(old[1])
-                    entered.append(vi)
-            cands = gen.send(-heap[0][0])
-    except StopIteration:
-        pass
-    if len(set(entered)) != len(entered):  # a tie among heap entrants: the heap's arrangement can matter
-        return None
-    heap.sort(reverse=True)  # distinct keys: the one order __sort_heap can leave
-    return [j for _, j in heap], evict_pos, evict_id
+    top = heap[0]
+    pos, step = k, max(_CHUNK, k)
+    while pos < n:  # chunk by chunk: the top only rises, so "w > top" at the chunk start is a superset
+        end = min(n, pos + step)
+        chunk = kf[pos:end]
+        t32 = np.float32(top)  # exact: every w is a float32 value
+        if descending:
+            c = np.flatnonzero(chunk > t32)
+            vals = chunk[c].tolist()
+        else:
+            c = np.flatnonzero(chunk < -t32)
+            vals = (-chunk[c]).tolist()
+        if c.size:
+            for i, v in zip((c + pos).tolist(), vals, strict=True):
+                if v > top:  # comp(*i, *first): __pop_heap(first, middle, i)
+                    x = item(v)
+                    x.i = i
+                    old = replace(heap, x)
+                    if record:
+                        evict_pos.append(i)
+                        evict_id.append(old.i)
+                    top = heap[0]
+        pos, step = end, step * _GROW
+    pop = heapq.heappop
+    out = [pop(heap).i for _ in range(k)]  # __sort_heap fills the back first
+    out.reverse()
+    return out, evict_pos, evict_id
 
 
 def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.ndarray:
@@ -226,61 +270,37 @@ def partial_sort_perm(keys: np.ndarray, k: int, descending: bool = True) -> np.n
             pass
         perm[0] = cur_id
         return perm
-    if 0 < k < n:
-        fast = _heap_select_distinct(kf, k, head, descending)
-        if fast is not None:
-            top_ids, evict_pos_a, evict_id_a = fast
-            perm[:k] = top_ids
-            if evict_pos_a:
-                perm[np.array(evict_pos_a, dtype=np.int64)] = np.array(evict_id_a, dtype=np.int64)
-            return perm
-    hk = head
-    hid = list(range(k))
-    _make_heap(hk, hid, k)  # as std::__heap_select
-    evict_pos: list[int] = []
-    evict_id: list[int] = []
-    if k < n:
-        gen = _candidates(kf, k, hk[0], descending)
-        half = (k - 1) // 2
-        last_parent = (k - 2) // 2 if (k & 1) == 0 else -1
-        top = hk[0]
-        try:
-            cands = next(gen)
-            while True:
-                for i, vi in zip(*cands, strict=True):
-                    if vi < top:  # comp(*i, *first): __pop_heap(first, middle, i), _adjust_heap inlined
-                        evict_pos.append(i)
-                        evict_id.append(hid[0])
-                        hole = child = 0
-                        while child < half:
-                            child = 2 * child + 2
-                            if hk[child] < hk[child - 1]:
-                                child -= 1
-                            hk[hole] = hk[child]
-                            hid[hole] = hid[child]
-                            hole = child
-                        if child == last_parent:
-                            child = 2 * child + 1
-                            hk[hole] = hk[child]
-                            hid[hole] = hid[child]
-                            hole = child
-                        parent = (hole - 1) // 2
-                        while hole > 0 and hk[parent] < vi:
-                            hk[hole] = hk[parent]
-                            hid[hole] = hid[parent]
-                            hole = parent
-                            parent = (hole - 1) // 2
-                        hk[hole] = vi
-                        hid[hole] = i
-                        top = hk[0]
-                cands = gen.send(top)
-        except StopIteration:
-            pass
-    _sort_heap(hk, hid, k)
-    perm[:k] = hid
+    top_ids, evict_pos, evict_id = _heap_select(kf, k, descending, True)
+    perm[:k] = top_ids
     if evict_pos:
         perm[np.array(evict_pos, dtype=np.int64)] = np.array(evict_id, dtype=np.int64)
     return perm
+
+
+def partial_sort_top(keys: np.ndarray, k: int, descending: bool = True) -> np.ndarray:
+    """``partial_sort_perm(keys, k, descending)[:k]``: only the sorted first ``k``, by the exact heap port alone.
+
+    Same exact heap run as :func:`partial_sort_perm`, without recording the evicted elements.  NaN keys after the
+    first ``k`` are allowed (they never enter the heap, in libstdc++ as here); NaN among the first ``k`` raise.
+
+    Example:
+        >>> partial_sort_top(np.array([1, 3, 3, 2, 3], dtype=np.float32), 2).tolist()
+        [2, 1]
+    """
+    kf = np.asarray(keys)
+    if kf.ndim != 1:
+        raise ValueError(f"keys must be 1-D, got shape {kf.shape}")
+    kf = kf.astype(np.float32, copy=False)
+    n = kf.size
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be in [0, {n}], got {k}")
+    if k == 0:
+        return np.zeros(0, dtype=np.int64)
+    # a NaN past the first k is never compared with anything but the heap top, and that comparison is false for
+    # libstdc++ as for numpy and Python: it cannot enter, so only NaN among the first k is refused
+    if np.isnan(kf[:k]).any():
+        raise ValueError("keys contain NaN: std::sort/partial_sort need a strict weak order")
+    return np.array(_heap_select(kf, k, descending, False)[0], dtype=np.int64)
 
 
 # ----------------------------------------------------------------------------------------------------------- sort

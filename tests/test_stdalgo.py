@@ -170,13 +170,44 @@ def test_equal_perm_at_depth_zero(oracle):
         assert np.array_equal(S._equal_perm(n, 0), w)
 
 
-def test_partial_sort_both_heap_paths(oracle):
-    # distinct entrants take the heapq path, tied ones the exact heap port: both must match libstdc++
+def test_partial_sort_heapq_engine(oracle):
+    # the heap runs in C heapq (entries compared by key alone): distinct and tied keys, both directions, and a heap
+    # above CPython's 2500-entry heapify limit (built by the Python __make_heap port instead)
     rs = np.random.default_rng(21)
     distinct = rs.normal(size=50_000).astype(np.float32)
     tied = np.round(rs.normal(size=50_000) * 2).astype(np.float32)
-    for keys in (distinct, tied):
-        head = (-keys[:64]).astype(np.float64).tolist()
-        used_fast = S._heap_select_distinct(keys, 64, head, True) is not None
-        assert used_fast == (keys is distinct)
-    assert _check(oracle, [(PSORT_D, distinct, 64), (PSORT_D, tied, 64), (PSORT_A, distinct, 100)]) == 3
+    cases = [(PSORT_D, distinct, 64), (PSORT_D, tied, 64), (PSORT_A, distinct, 100), (PSORT_A, tied, 40)]
+    cases += [(PSORT_D, tied[:9000], 3000), (PSORT_A, tied[:9000], 2501), (PSORT_D, tied[:5000], 5000)]
+    assert _check(oracle, cases) == len(cases)
+    for op, keys, k in cases:
+        want = S.partial_sort_perm(keys, k, descending=op == PSORT_D)[:k]
+        assert np.array_equal(S.partial_sort_top(keys, k, descending=op == PSORT_D), want)
+
+
+def test_partial_sort_top_random_ties(oracle):
+    # partial_sort_top (first k only) against libstdc++ on heavily tied keys of many shapes
+    rs = np.random.default_rng(5)
+    cases = []
+    for _ in range(150):
+        n = int(rs.choice([2, 17, 41, 300, 2000, 9000]))
+        keys = _keys(rs, n)
+        k = int(rs.choice([1, 2, min(n, 40), min(n, 128), n, int(rs.integers(1, n + 1))]))
+        cases.append((int(rs.choice([PSORT_D, PSORT_A])), keys, min(k, n)))
+    want = oracle(cases)
+    for (op, keys, k), w in zip(cases, want, strict=True):
+        assert np.array_equal(S.partial_sort_top(keys, k, descending=op == PSORT_D), w[:k]), (op, len(keys), k)
+
+
+def test_partial_sort_top_nan_after_head(oracle):
+    # NaN keys after the first k never enter libstdc++'s heap (comp with NaN is false): partial_sort_top follows it
+    rs = np.random.default_rng(9)
+    cases = []
+    for n, k in ((500, 40), (3000, 7), (20_000, 40), (20_000, 128)):
+        keys = np.round(rs.normal(size=n) * 2).astype(np.float32)
+        keys[k:][rs.random(n - k) < 0.2] = np.nan
+        cases += [(PSORT_D, keys, k), (PSORT_A, keys, k)]
+    want = oracle(cases)
+    for (op, keys, k), w in zip(cases, want, strict=True):
+        assert np.array_equal(S.partial_sort_top(keys, k, descending=op == PSORT_D), w[:k]), (op, len(keys), k)
+    with pytest.raises(ValueError, match="NaN"):
+        S.partial_sort_top(np.array([1.0, np.nan, 2.0], dtype=np.float32), 2)
