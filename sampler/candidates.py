@@ -161,10 +161,10 @@ def _distinct_top(keys: np.ndarray, k: int) -> np.ndarray | None:
     m = len(sample)
     r = min(m, (4 * k) // stride + 2)
     part = np.partition(sample, m - r)
-    lead = part[m - r:]
-    if np.unique(lead).size < r:  # ties among the sampled leaders: the full check would most likely fail too
+    lead = np.sort(part[m - r:])
+    if (lead[1:] == lead[:-1]).any():  # ties among the sampled leaders: the full check would most likely fail too
         return None
-    t = lead.min()
+    t = lead[0]
     idx = np.flatnonzero(keys >= t)
     if len(idx) <= k:
         return None

@@ -157,12 +157,6 @@ def _candidates(keys: np.ndarray, start: int, bound: float, descending: bool):
         step *= 2
 
 
-class _Item(float):
-    """A heap entry: the float key (compared alone, by float's C comparison) carrying the element's id in ``i``."""
-
-    __slots__ = ("i",)
-
-
 _CHUNK, _GROW = 128, 4  # the candidate filter's first chunk and its growth (cost only: any chunking is exact)
 _HEAPIFY_MAX = 2500  # CPython's C heapify switches to a differently ordered (cache-friendly) build above this
 
@@ -175,29 +169,24 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
     ``comp(right, left)``), then sift the value up while it is strictly smaller than its parent (``__push_heap``);
     ``heapify`` (up to 2500 entries) runs that from ``n // 2 - 1`` down to 0 (``__make_heap``); ``heappop`` moves the
     last entry to the root and sifts it over the shortened heap, as ``__pop_heap(first, last - 1, last - 1)`` in
-    ``__sort_heap``.  With entries compared by the key alone (``_Item``: a float, no tie-break), heapq's minimum is
-    libstdc++'s top (the worst kept key) and every tie falls the same way.  Returns (the sorted first k ids, the
-    trigger positions, the ids evicted there) (the last two empty unless ``record``).
+    ``__sort_heap``.  The entries are plain Python floats compared by value alone (no tie-break), so heapq's minimum
+    is libstdc++'s top (the worst kept key) and every tie falls the same way.  Each entry is a distinct float
+    object: ``where[id(obj)]`` names its element (set when it enters; an object in the heap is alive, so its
+    address is not reused meanwhile).  Returns (the sorted first k ids, the trigger positions, the ids evicted
+    there) (the last two empty unless ``record``).
     """
     n = kf.size
-    # heap entries hold w = key (descending) or -key (ascending): heapq's "<" is then libstdc++'s comp(b, a)
+    # entries hold w = key (descending) or -key (ascending): heapq's "<" is then libstdc++'s comp(b, a)
     head = (kf[:k] if descending else -kf[:k]).tolist()
-    heap = []
-    item = _Item
-    for j, v in enumerate(head):
-        x = item(v)
-        x.i = j
-        heap.append(x)
+    where = {id(v): j for j, v in enumerate(head)}
     if k <= _HEAPIFY_MAX:
+        heap = head[:]
         heapq.heapify(heap)
     else:  # as std::__make_heap, by the Python port (max-heap on the negated keys)
         hk = [-v for v in head]
         hid = list(range(k))
         _make_heap(hk, hid, k)
-        for j in range(k):
-            x = item(-hk[j])
-            x.i = hid[j]
-            heap[j] = x
+        heap = [head[j] for j in hid]
     evict_pos: list[int] = []
     evict_id: list[int] = []
     replace = heapq.heapreplace
@@ -208,24 +197,28 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
         chunk = kf[pos:end]
         t32 = np.float32(top)  # exact: every w is a float32 value
         if descending:
-            c = np.flatnonzero(chunk > t32)
+            c = (chunk > t32).nonzero()[0]
             vals = chunk[c].tolist()
         else:
-            c = np.flatnonzero(chunk < -t32)
+            c = (chunk < -t32).nonzero()[0]
             vals = (-chunk[c]).tolist()
         if c.size:
-            for i, v in zip((c + pos).tolist(), vals, strict=True):
-                if v > top:  # comp(*i, *first): __pop_heap(first, middle, i)
-                    x = item(v)
-                    x.i = i
-                    old = replace(heap, x)
-                    if record:
+            if record:
+                for i, v in zip((c + pos).tolist(), vals, strict=True):
+                    if v > top:  # comp(*i, *first): __pop_heap(first, middle, i)
+                        where[id(v)] = i
                         evict_pos.append(i)
-                        evict_id.append(old.i)
-                    top = heap[0]
+                        evict_id.append(where[id(replace(heap, v))])
+                        top = heap[0]
+            else:
+                for i, v in zip((c + pos).tolist(), vals, strict=True):
+                    if v > top:
+                        where[id(v)] = i
+                        replace(heap, v)
+                        top = heap[0]
         pos, step = end, step * _GROW
     pop = heapq.heappop
-    out = [pop(heap).i for _ in range(k)]  # __sort_heap fills the back first
+    out = [where[id(pop(heap))] for _ in range(k)]  # __sort_heap fills the back first
     out.reverse()
     return out, evict_pos, evict_id
 
