@@ -202,18 +202,19 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
         else:
             c = (chunk < -t32).nonzero()[0]
             vals = (-chunk[c]).tolist()
-        if c.size:
+        if vals:
             if record:
-                for i, v in zip((c + pos).tolist(), vals, strict=True):
+                for i, v in zip(c.tolist(), vals, strict=True):
                     if v > top:  # comp(*i, *first): __pop_heap(first, middle, i)
+                        i += pos
                         where[id(v)] = i
                         evict_pos.append(i)
                         evict_id.append(where[id(replace(heap, v))])
                         top = heap[0]
             else:
-                for i, v in zip((c + pos).tolist(), vals, strict=True):
+                for i, v in zip(c.tolist(), vals, strict=True):
                     if v > top:
-                        where[id(v)] = i
+                        where[id(v)] = i + pos
                         replace(heap, v)
                         top = heap[0]
         pos, step = end, step * _GROW
