@@ -27,6 +27,7 @@ import numpy as np
 from .candidates import Candidates
 from .dist import Dist
 from .dry import Dry, process_breakers
+from .infill import Infill
 from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties
@@ -86,8 +87,8 @@ class Sampler:
         _check_penalties(params)
         if params.mirostat not in (0, 1, 2):
             raise ValueError("unknown mirostat version")
-        if "infill" in params.samplers and params.mirostat == 0:
-            raise NotImplementedError("the infill sampler is not supported")
+        if "infill" in params.samplers and params.mirostat == 0 and vocab is None:
+            raise ValueError("the infill sampler needs a vocabulary (pass vocab=...)")
         self.params = params
         self.vocab = vocab
         self.n_vocab: int | None = len(vocab) if vocab is not None else None
@@ -145,6 +146,8 @@ class Sampler:
                     steps.append(Typical(p.typ_p, p.min_keep))
                 elif name == "temperature":
                     steps.append(TempExt(p.temp, p.dynatemp_range, p.dynatemp_exponent))
+                elif name == "infill":
+                    steps.append(Infill(v))
                 elif name == "penalties":
                     steps.append(Penalties(n_vocab, p.penalty_last_n, p.penalty_repeat, p.penalty_freq,
                                            p.penalty_present))
