@@ -203,19 +203,26 @@ def load_vocab(meta: dict[str, Any], path: Path) -> LoadedVocab:
 
     suppress = [int(i) for i in meta.get("tokenizer.ggml.suppress_tokens", []) if 0 <= int(i) < n]
 
-    # Text-based fix-ups. llama.cpp walks an unordered_map; the outcome depends on its order only when a
-    # vocabulary holds two candidate texts for the same role, which none of the tested vocabularies does.
+    # Text-based fix-ups. llama.cpp walks token_to_id, an unordered_map, and takes the first candidate text it
+    # meets for each unset role: where a vocabulary has several (qwen2: <|endoftext|> and <|im_end|> for EOT), the
+    # map's iteration order decides, so it is reproduced (_stdhash).
     roles = [("eot", _EOT_TEXTS), ("eom", _EOM_TEXTS), ("fim_pre", _FIM_PRE), ("fim_suf", _FIM_SUF),
              ("fim_mid", _FIM_MID), ("fim_pad", _FIM_PAD), ("fim_rep", _FIM_REP), ("fim_sep", _FIM_SEP)]
+    walk_pos: dict[int, int] | None = None
     for role, cands in roles:
         if sp[role] != NULL:
             continue
-        for text in sorted(cands):
-            tid = token_to_id.get(text)
-            if tid is not None:
-                sp[role] = tid
-                attrs[tid] |= A_CONTROL
-                break
+        found = [token_to_id[t] for t in cands if t in token_to_id]
+        if len(found) > 1:
+            if walk_pos is None:
+                from ._stdhash import iteration_order
+
+                order = iteration_order(texts)
+                walk_pos = {int(tid): pos for pos, tid in enumerate(order)}
+            found.sort(key=walk_pos.__getitem__)
+        if found:
+            sp[role] = found[0]
+            attrs[found[0]] |= A_CONTROL
     for i, t in enumerate(texts):
         if attrs[i] & A_CONTROL and not attrs[i] & A_UNUSED and b"unused" in t.split(b"\0", 1)[0]:
             attrs[i] |= A_UNUSED

@@ -26,6 +26,11 @@ def _compare(path) -> tuple[int, int]:
     assert (np.array(ours.attrs) & 0x3F == c_attr).all()
     assert ours.bos_id == L.llama_vocab_bos(vm.vocab)
     assert ours.eos_id == L.llama_vocab_eos(vm.vocab)
+    roles = {"eot": L.llama_vocab_eot, "fim_pre": L.llama_vocab_fim_pre, "fim_suf": L.llama_vocab_fim_suf,
+             "fim_mid": L.llama_vocab_fim_mid, "fim_pad": L.llama_vocab_fim_pad, "fim_rep": L.llama_vocab_fim_rep,
+             "fim_sep": L.llama_vocab_fim_sep}
+    for role, fn in roles.items():
+        assert ours.special_ids[role] == fn(vm.vocab), role
     _compare_detokenize(vm, ours)
     return vm.n_vocab, len(c_eog)
 
