@@ -14,35 +14,17 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import subprocess
 from pathlib import Path
 
-from tests.oracle.sdist import llama_cpp_source
+from tests.oracle.cxx import build_shim
 
 HERE = Path(__file__).resolve().parent
-BUILD = HERE / "_build"
 SHIM_SRC = HERE / "cpp" / "gbnf_parser_shim.cpp"
 
 
 @functools.lru_cache(maxsize=1)
 def _shim() -> ctypes.CDLL:
-    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    import llama_cpp  # loads libllama under its soname first
-
-    libdir = Path(llama_cpp.__file__).resolve().parent / "lib"
-    src = llama_cpp_source()
-    digest = hashlib.sha256(SHIM_SRC.read_bytes() + str((libdir / "libllama.so").stat().st_mtime_ns).encode())
-    BUILD.mkdir(parents=True, exist_ok=True)
-    so = BUILD / f"gbnf_parser_shim-{digest.hexdigest()[:12]}.so"
-    if not so.exists():
-        tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        includes = [f"-I{src / d}" for d in ("src", "include", "ggml/include")]
-        subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *includes, str(SHIM_SRC), "-o", str(tmp),
-                        f"-L{libdir}", "-l:libllama.so", f"-Wl,-rpath,{libdir}"], check=True)
-        os.replace(tmp, so)
-    lib = ctypes.CDLL(str(so))
+    lib = build_shim(SHIM_SRC, libs=("libllama.so",))
     lib.gbnf_shim_parse.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.gbnf_shim_parse.restype = ctypes.c_void_p
     lib.gbnf_shim_free.argtypes = [ctypes.c_void_p]

@@ -39,7 +39,7 @@ def build_shim(src: Path, libs: tuple[str, ...] = ("libllama-common.so", "liblla
     if not so.exists():
         root = llama_cpp_source()
         tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        includes = [f"-I{root / d}" for d in ("common", "include", "ggml/include", "vendor")]
+        includes = [f"-I{root / d}" for d in ("common", "src", "include", "ggml/include", "vendor")]
         subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *includes, str(src), "-o", str(tmp),
                         f"-L{lib_dir}", *[f"-l:{x}" for x in libs], f"-Wl,-rpath,{lib_dir}"], check=True)
         os.replace(tmp, so)

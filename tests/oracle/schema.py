@@ -15,18 +15,13 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
 import json
-import os
-import subprocess
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.oracle.sdist import llama_cpp_source
+from tests.oracle.cxx import build_shim
 
 HERE = Path(__file__).resolve().parent
-BUILD = HERE.parent / "_build"
 SHIM_SRC = HERE / "schema_shim.cpp"
 
 OK, INVALID_ARGUMENT, OTHER_EXCEPTION, UNKNOWN = 0, 1, 2, 3
@@ -47,31 +42,9 @@ class OracleResult:
         return self.status == OK
 
 
-def _common_lib() -> Path:
-    lib = Path(sysconfig.get_paths()["purelib"]) / "lib" / "libllama-common.so"
-    if not lib.exists():
-        raise FileNotFoundError(f"{lib} not found (llama-cpp-python 0.3.36 is not installed)")
-    return lib
-
-
 @functools.lru_cache(maxsize=1)
 def _shim() -> ctypes.CDLL:
-    os.environ.setdefault("GGML_NO_BACKTRACE", "1")
-    import llama_cpp  # noqa: F401  (loads libllama / libggml under their sonames)
-
-    common = _common_lib()
-    src = llama_cpp_source()
-    digest = hashlib.sha256(SHIM_SRC.read_bytes() + str(common.stat().st_mtime_ns).encode()).hexdigest()[:12]
-    BUILD.mkdir(parents=True, exist_ok=True)
-    so = BUILD / f"schema_shim-{digest}.so"
-    if not so.exists():
-        tmp = so.with_suffix(f".{os.getpid()}.tmp")
-        includes = [f"-I{src / d}" for d in ("common", "include", "ggml/include", "vendor")]
-        subprocess.run(["g++", "-std=c++17", "-O1", "-shared", "-fPIC", *includes, str(SHIM_SRC), "-o", str(tmp),
-                        f"-L{common.parent}", "-l:libllama-common.so"], check=True)
-        os.replace(tmp, so)
-    ctypes.CDLL(str(common), mode=ctypes.RTLD_GLOBAL)
-    lib = ctypes.CDLL(str(so))
+    lib = build_shim(SHIM_SRC)
     lib.schema_shim_convert.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p),
                                         ctypes.POINTER(ctypes.c_void_p)]
     lib.schema_shim_convert.restype = ctypes.c_int
