@@ -87,9 +87,9 @@ def main() -> int:  # noqa: C901
     args = ap.parse_args()
 
     from constrained.grammar import Grammar
+    from constrained.grammar.matcher import CompiledGrammar, compile_grammar
+    from constrained.grammar.tokenindex import vocab_index
     from constrained.json_schema import json_schema_to_gbnf
-    from constrained.matcher import CompiledGrammar, compile_grammar
-    from constrained.tokenindex import vocab_index
     from tests.matcher_support import oracle_vocab
     from tests.oracle.llama import CGrammar
 

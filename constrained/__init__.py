@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "Grammar": ("constrained.grammar", "Grammar"),
-    "GrammarMatcher": ("constrained.matcher", "GrammarMatcher"),
+    "GrammarMatcher": ("constrained.grammar.matcher", "GrammarMatcher"),
     "json_schema_to_gbnf": ("constrained.json_schema", "json_schema_to_gbnf"),
     "validate": ("constrained.validation", "validate"),
 }

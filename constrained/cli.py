@@ -81,12 +81,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_grammar(args: argparse.Namespace) -> int:
-    from .json_schema import grammar_from_json_schema, json_schema_to_gbnf
+    from .grammar import Grammar
+    from .json_schema import json_schema_to_gbnf
 
     schema = _load_schema(args.schema)
     try:
         gbnf = json_schema_to_gbnf(schema)
-        g = grammar_from_json_schema(schema, strict=args.strict)
+        g = Grammar.from_json_schema(schema, strict=args.strict)
     except ConstrainedError as err:
         print(f"{args.schema}: {err}", file=sys.stderr)
         return EXIT_INPUT

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .params import samplers_from_names, strtof, strtol
+from .cconv import samplers_from_names, strtof, strtol
 
 _INT_KEYS = {"top_k": "top_k", "penalty_last_n": "penalty_last_n", "mirostat": "mirostat"}
 _FLOAT_KEYS = {"top_p": "top_p", "min_p": "min_p", "xtc_probability": "xtc_probability",
@@ -47,7 +47,7 @@ def _to_string(value: Any, vtype: str) -> str | None:
 
 def _read_kv(path: str) -> dict[str, str]:
     """The scalar ``general.sampling.*`` values of a GGUF as ``gguf_kv_to_str`` strings (keys without the prefix)."""
-    from constrained.gguf_meta import read_metadata
+    from constrained.vocab.gguf_meta import read_metadata
 
     meta = read_metadata(path, skip={"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
                                      "tokenizer.ggml.token_type", "tokenizer.chat_template"})

@@ -20,7 +20,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
-from .params import FLT_MAX, INT32_MAX, _round_f32, f32, samplers_from_chars, samplers_from_names, strtol
+from .cconv import FLT_MAX, INT32_MAX, _round_f32, f32, samplers_from_chars, samplers_from_names, strtol
 
 INT64_MAX = 2**63 - 1
 UINT32_MAX = 2**32 - 1

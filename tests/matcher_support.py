@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from constrained.ir import ElementType as T
-from constrained.ir import ParsedGrammar
+from constrained.grammar.ir import ElementType as T
+from constrained.grammar.ir import ParsedGrammar
 from constrained.vocab import Vocabulary
 
 MAX_REP = 2000
@@ -514,7 +514,7 @@ def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
 
 
 def _partial_set(vocab: Vocabulary) -> np.ndarray:
-    from constrained.tokenindex import vocab_index
+    from constrained.grammar.tokenindex import vocab_index
 
     t = vocab_index(vocab).table
     out = np.zeros(t.n, dtype=bool)
@@ -539,7 +539,7 @@ def parity_walk(vm, vocab: Vocabulary, gbnf: str, parsed: ParsedGrammar, rng: np
     allowed and rejected tokens, a rejected token is refused without a state change, and now and then
     ``rollback``/``fork`` are exercised. Returns the number of compared step-masks.
     """
-    from constrained.matcher import compile_grammar
+    from constrained.grammar.matcher import compile_grammar
     from tests.oracle.llama import CGrammar
 
     cg = compile_grammar(parsed, vocab)

@@ -21,9 +21,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained.errors import GrammarLimitError, GrammarSyntaxError
-from constrained.gbnf import GbnfLimits, parse_gbnf
 from constrained.grammar import Grammar
-from constrained.ir import TEXT_TOKEN, TEXT_TOKEN_NOT, ElementType
+from constrained.grammar.gbnf import GbnfLimits, parse_gbnf
+from constrained.grammar.ir import TEXT_TOKEN, TEXT_TOKEN_NOT, ElementType
 from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars
 from tests.oracle.sdist import llama_cpp_source, vocab_gguf
 
@@ -485,7 +485,7 @@ def check_ir_parity(text: str | bytes, oracle=None) -> bool:  # noqa: ANN001
     """Our parse_gbnf against llama_grammar_parser::parse itself (C++ shim): same success, and on success the
     same symbol table and the same rule vectors. With ``oracle`` (vocab model, Vocabulary) ``<text>`` token
     references are resolved on both sides. Returns False where no comparison is made (llama.cpp would hang)."""
-    from constrained.grammar import _resolver
+    from constrained.grammar.grammar import _resolver
     from tests.gbnf_oracle import llama_parse
 
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text

@@ -15,8 +15,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from constrained.errors import GrammarSyntaxError
-from constrained.grammar import Grammar, _printable_names
-from constrained.ir import TEXT_TOKEN, TEXT_TOKEN_NOT, ElementType
+from constrained.grammar import Grammar
+from constrained.grammar.grammar import _printable_names
+from constrained.grammar.ir import TEXT_TOKEN, TEXT_TOKEN_NOT, ElementType
 from tests.gbnf_support import valid_gbnf_grammars
 from tests.oracle.sdist import llama_cpp_source, vocab_gguf
 

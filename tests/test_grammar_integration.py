@@ -12,9 +12,9 @@ import json
 
 import pytest
 
-from constrained.matcher import compile_grammar
-from constrained.stacks import GrammarRules
-from constrained.tokenindex import decode_utf8
+from constrained.grammar.matcher import compile_grammar
+from constrained.grammar.stacks import GrammarRules
+from constrained.grammar.tokenindex import decode_utf8
 from constrained.vocab import Vocabulary
 from tests.matcher_support import cpp_calls, integration_pieces, parse_gbnf, reference_parse
 from tests.oracle.sdist import llama_cpp_source

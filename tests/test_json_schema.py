@@ -11,13 +11,13 @@ import json
 import pytest
 
 from constrained.errors import SchemaError
+from constrained.grammar import Grammar
 from constrained.json_schema import (
     JSON_OBJECT_SCHEMA,
     KEYWORDS,
     SELECTORS,
     UnenforcedKeyword,
     convert_json_schema,
-    grammar_from_json_schema,
     json_mode_gbnf,
     json_schema_report,
     json_schema_to_gbnf,
@@ -271,20 +271,25 @@ def test_warnings_are_llama_cpp_s() -> None:
 # ---- Grammar ------------------------------------------------------------------------------------------------------
 
 def test_grammar_from_json_schema_strict_and_not() -> None:
-    g = grammar_from_json_schema({"type": "number", "maximum": 3})
+    g = Grammar.from_json_schema({"type": "number", "maximum": 3})
     assert g.source == json_schema_to_gbnf({"type": "number", "maximum": 3})
     assert [k.keyword for k in g.unenforced] == ["maximum"]
     with pytest.raises(SchemaError) as e:
-        grammar_from_json_schema({"type": "number", "maximum": 3}, strict=True)
+        Grammar.from_json_schema({"type": "number", "maximum": 3}, strict=True)
     assert e.value.path == "#" and "maximum" in str(e.value)
-    assert grammar_from_json_schema(OBJ, strict=True).unenforced == ()
+    assert Grammar.from_json_schema(OBJ, strict=True).unenforced == ()
 
 
 def test_grammar_from_json_schema_via_grammar_class() -> None:
-    from constrained.grammar import Grammar
-
     g = Grammar.from_json_schema(OBJ)
     assert g.root == "root" and g.unenforced == ()
+
+
+def test_grammar_from_json_schema_moved_with_a_clear_error() -> None:
+    import constrained.json_schema as js
+
+    with pytest.raises(AttributeError, match="Grammar.from_json_schema"):
+        js.grammar_from_json_schema  # noqa: B018
 
 
 # ---- validate -------------------------------------------------------------------------------------------------------

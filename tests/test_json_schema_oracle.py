@@ -187,8 +187,8 @@ def test_generated_documents_accepted_by_llama_and_valid(gpt2, schema) -> None: 
 
 
 def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
-    """grammar_from_json_schema returns a Grammar exactly when llama.cpp's sampler accepts its own grammar."""
-    from constrained.json_schema import grammar_from_json_schema
+    """Grammar.from_json_schema returns a Grammar exactly when llama.cpp's sampler accepts its own grammar."""
+    from constrained.grammar import Grammar
     from tests.oracle.llama import CGrammar
 
     vm, _eos = gpt2
@@ -205,7 +205,7 @@ def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
         except ValueError:
             llama_loads = False
         try:
-            grammar_from_json_schema(text)
+            Grammar.from_json_schema(text)
             we_load = True
         except SchemaError:
             we_load = False

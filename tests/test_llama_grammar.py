@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 
-from constrained.ir import ElementType, ParsedGrammar
-from constrained.matcher import compile_grammar
-from constrained.stacks import GrammarRules
+from constrained.grammar.ir import ElementType, ParsedGrammar
+from constrained.grammar.matcher import compile_grammar
+from constrained.grammar.stacks import GrammarRules
 from constrained.vocab import Vocabulary
 from tests.oracle.sdist import llama_cpp_source
 

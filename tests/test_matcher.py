@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from constrained.ir import ElementType as T
-from constrained.ir import ParsedGrammar
-from constrained.matcher import compile_grammar
+from constrained.grammar.ir import ElementType as T
+from constrained.grammar.ir import ParsedGrammar
+from constrained.grammar.matcher import compile_grammar
 from constrained.vocab import Vocabulary
 from tests.matcher_support import oracle_vocab, parse_gbnf
 from tests.oracle.llama import CGrammar

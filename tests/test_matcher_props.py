@@ -11,8 +11,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from constrained.matcher import CompiledGrammar, compile_grammar
-from constrained.tokenindex import apply_view, decode_utf8
+from constrained.grammar.matcher import CompiledGrammar, compile_grammar
+from constrained.grammar.tokenindex import apply_view, decode_utf8
 from constrained.vocab import Vocabulary
 from tests.matcher_support import reference_parse
 
@@ -163,7 +163,7 @@ def test_precomputed_caches_give_the_same_masks(pieces: list[bytes], gi: int, da
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(BYTES + [b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xc1\xbf"]), max_size=8).map(b"".join))
 def test_fast_decode_equals_the_port(piece: bytes) -> None:
-    from constrained.tokenindex import _decode_fast
+    from constrained.grammar.tokenindex import _decode_fast
 
     fast, port = _decode_fast(piece), decode_utf8(piece)
     assert fast[0] == port[0] and fast[2] == port[2] and (fast[2] <= 0 or fast[1] == port[1])
@@ -172,7 +172,7 @@ def test_fast_decode_equals_the_port(piece: bytes) -> None:
 @settings(max_examples=150, deadline=None)
 @given(pieces=pieces_st)
 def test_vectorised_vocabulary_table_equals_per_token_decoding(pieces: list[bytes]) -> None:
-    from constrained.tokenindex import TokenTable, vocab_index
+    from constrained.grammar.tokenindex import TokenTable, vocab_index
 
     vocab = _vocab(pieces)
     idx = vocab_index(vocab)

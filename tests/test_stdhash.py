@@ -1,4 +1,4 @@
-"""constrained._stdhash against libstdc++ itself: std::hash<std::string> and unordered_map iteration order."""
+"""constrained.vocab._stdhash against libstdc++ itself: std::hash<std::string> and unordered_map iteration order."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from constrained._stdhash import iteration_order, std_hash
-from constrained.gguf_meta import read_metadata
+from constrained.vocab._stdhash import iteration_order, std_hash
+from constrained.vocab.gguf_meta import read_metadata
 from tests.cpp.build import compile_cpp, gxx
 from tests.oracle.sdist import vocab_gguf
 

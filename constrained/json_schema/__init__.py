@@ -22,11 +22,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import SchemaError
 from . import nodes as _nodes
@@ -36,12 +35,9 @@ from .converter import Converter
 from .nodes import KEYWORDS, SELECTORS, Keyword
 from .report import UnenforcedKeyword, collect
 
-if TYPE_CHECKING:
-    from ..grammar import Grammar
-
 __all__ = [
     "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
-    "convert_json_schema", "grammar_from_json_schema", "json_mode_gbnf", "json_schema_report",
+    "convert_json_schema", "json_mode_gbnf", "json_schema_report",
     "json_schema_to_gbnf", "keyword_table", "schema_from_response_format", "server_json_schema",
 ]
 
@@ -206,34 +202,6 @@ def json_schema_report(schema: Any) -> tuple[UnenforcedKeyword, ...]:
     return convert_json_schema(schema).unenforced
 
 
-def grammar_from_json_schema(schema: Any, *, strict: bool = False) -> Grammar:
-    """A ``Grammar`` for the schema, with ``unenforced`` set; ``strict=True`` raises SchemaError instead when some
-    keyword is not enforced.
-
-    >>> g = grammar_from_json_schema({"type": "array", "items": {"type": "boolean"}})  # doctest: +SKIP
-    >>> g.unenforced                                                                   # doctest: +SKIP
-    ()
-    """
-    from ..grammar import Grammar
-
-    result = convert_json_schema(schema)
-    if strict and result.unenforced:
-        first = result.unenforced[0]
-        listing = "\n".join(f"  {k}" for k in result.unenforced)
-        raise SchemaError(f"JSON schema error at {first.path}: the grammar does not enforce "
-                          f"{len(result.unenforced)} keyword(s):\n{listing}", path=first.path)
-    from ..errors import GrammarSyntaxError
-
-    text = result.gbnf.encode("utf-8", "surrogateescape")  # bytes: a pattern may have split a UTF-8 character
-    try:
-        grammar = Grammar.from_gbnf(text)
-    except GrammarSyntaxError as e:
-        # llama.cpp builds this grammar but cannot load it either (e.g. left recursion through anyOf and $ref)
-        raise SchemaError(f"JSON schema error at #: llama.cpp cannot load the grammar it builds for this schema: "
-                          f"{e}", path="#") from e
-    return dataclasses.replace(grammar, unenforced=result.unenforced)
-
-
 def server_json_schema(schema: Any) -> Any:
     """The schema llama-server converts: an empty object means any object (``{"type": "object"}``), as both
     ``/completion`` (json_schema) and ``/v1/chat/completions`` (response_format) do.
@@ -294,3 +262,10 @@ def keyword_table() -> str:
     rows = ["| keyword | applies to | support | note |", "|---|---|---|---|"]
     rows += [f"| `{name}` | {k.applies_to} | {k.support} | {k.note} |" for name, k in KEYWORDS.items()]
     return "\n".join(rows)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "grammar_from_json_schema":  # moved up a layer: this converter produces text, not engine objects
+        raise AttributeError("constrained.json_schema.grammar_from_json_schema is now "
+                             "constrained.Grammar.from_json_schema(schema, strict=...)")
+    raise AttributeError(f"module 'constrained.json_schema' has no attribute {name!r}")

@@ -2,7 +2,7 @@
 
 Every token piece is decoded to code points with llama.cpp's lenient partial-UTF-8 decoder (``decode_utf8`` in
 src/llama-grammar.cpp), and the results are laid out as flat numpy arrays (a "token table") that the vectorised
-mask walk in :mod:`constrained.mask` consumes. The index is shared by every grammar compiled for the vocabulary.
+mask walk in :mod:`constrained.grammar.mask` consumes. The index is shared by every grammar compiled for the vocabulary.
 
 Example:
     >>> from constrained.vocab import Vocabulary
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .vocab import Vocabulary
+from ..vocab import Vocabulary
 
 _LOOKUP = (1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4)
 
@@ -232,7 +232,7 @@ class VocabIndex:
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
         self._partial_tables: OrderedDict[tuple[int, int], TokenTable] = OrderedDict()
-        # per-suffix walks (constrained.mask.LocalInfo) shared by all grammars, keyed on the rules' structure
+        # per-suffix walks (constrained.grammar.mask.LocalInfo) shared by all grammars, keyed on the rules' structure
         self.shared_local: OrderedDict[tuple, object] = OrderedDict()
         self.shared_local_size = 1024
         self._lock = threading.Lock()

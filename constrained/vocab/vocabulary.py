@@ -11,7 +11,7 @@ from enum import IntFlag
 from pathlib import Path
 from typing import Any
 
-from .errors import VocabularyError
+from ..errors import VocabularyError
 
 
 class TokenAttr(IntFlag):
@@ -166,7 +166,7 @@ class Vocabulary:
             >>> len(v), v.piece(50256), sorted(v.eog_ids)  # doctest: +SKIP
             (50257, b'<|endoftext|>', [50256])
         """
-        from ._vocab_load import load_vocab
+        from ._load import load_vocab
         from .gguf_meta import read_metadata
 
         p = Path(path)

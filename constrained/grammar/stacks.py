@@ -2,11 +2,11 @@
 
 A *position* is an index into the concatenation of all rules' element vectors (llama.cpp's element pointer); a
 *stack* is a tuple of positions with the top last; the state of a grammar is a tuple of stacks (in llama.cpp's
-order) plus the partial UTF-8 state. This module is the reference that the fast mask in :mod:`constrained.mask` is
+order) plus the partial UTF-8 state. This module is the reference that the fast mask in :mod:`constrained.grammar.mask` is
 checked against, and it is what accepting a token runs.
 
 Example:
-    >>> from constrained.ir import ParsedGrammar, ElementType as T
+    >>> from constrained.grammar.ir import ParsedGrammar, ElementType as T
     >>> g = GrammarRules(ParsedGrammar(((( T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0))
     >>> g.initial_stacks()
     ((0,),)
@@ -16,7 +16,7 @@ Example:
 
 from __future__ import annotations
 
-from .errors import GrammarStateError
+from ..errors import GrammarStateError
 from .ir import ElementType, ParsedGrammar, endless_expansion_index, left_recursion_index
 
 END, ALT, RULE_REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)

@@ -13,15 +13,15 @@ into the rest of the stack ("uncertain"). At run time a stack costs one OR of pa
 uncertain remainders (usually few) through the actual rest of the stack. Suffix results are shared between grammars
 whose reachable rules are identical (``GrammarRules.canonical_key``).
 
-Rows of a :class:`~constrained.tokenindex.TokenTable` are sorted by length, longest first, so that at code point
+Rows of a :class:`~constrained.grammar.tokenindex.TokenTable` are sorted by length, longest first, so that at code point
 depth ``d`` the candidates with nothing left are a tail of any sorted row set; ``TokenTable.col(d)`` holds the
 code points at depth ``d``.
 
 Example:
     >>> from constrained.vocab import Vocabulary
-    >>> from constrained.ir import ParsedGrammar, ElementType as T
-    >>> from constrained.stacks import GrammarRules
-    >>> from constrained.tokenindex import vocab_index
+    >>> from constrained.grammar.ir import ParsedGrammar, ElementType as T
+    >>> from constrained.grammar.stacks import GrammarRules
+    >>> from constrained.grammar.tokenindex import vocab_index
     >>> g = GrammarRules(ParsedGrammar((((T.CHAR, 97), (T.CHAR, 98), (T.END, 0)),), {"root": 0}, 0))
     >>> t = vocab_index(Vocabulary([b"a", b"ab", b"b"])).table
     >>> by_id(t, walk(g, t, g.initial_stacks())).tolist()

@@ -11,7 +11,7 @@ Example:
 
 from __future__ import annotations
 
-from .errors import GrammarLimitError, GrammarSyntaxError
+from ..errors import GrammarLimitError, GrammarSyntaxError
 from .ir import Element, ElementType
 
 _CHAR, _CHAR_NOT = int(ElementType.CHAR), int(ElementType.CHAR_NOT)

@@ -7,7 +7,7 @@ preprocessing is shared by every grammar, grammar-position caches by every match
 
 Example:
     >>> from constrained.vocab import Vocabulary
-    >>> from constrained.ir import ParsedGrammar, ElementType as T
+    >>> from constrained.grammar.ir import ParsedGrammar, ElementType as T
     >>> g = ParsedGrammar((((T.CHAR, 104), (T.CHAR, 105), (T.END, 0)),), {"root": 0}, 0)  # root ::= "hi"
     >>> m = compile_grammar(g, Vocabulary([b"h", b"i", b"hi", b"x", b"</s>"], eog_ids=[4])).matcher()
     >>> m.mask().tolist()
@@ -26,11 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from ..vocab import Vocabulary
 from .ir import ParsedGrammar
 from .mask import LocalInfo, by_id, local_info, walk
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
 from .tokenindex import apply_view, decode_utf8, vocab_index
-from .vocab import Vocabulary
 
 __all__ = ["CompiledGrammar", "GrammarMatcher", "compile_grammar"]
 
@@ -374,7 +374,7 @@ def compile_grammar(grammar: Any, vocab: Vocabulary) -> CompiledGrammar:
     """Bind ``grammar`` (a ``Grammar`` or a :class:`ParsedGrammar`) to ``vocab``; cached per (grammar, vocab).
 
     Example:
-        >>> from constrained.ir import ParsedGrammar, ElementType as T
+        >>> from constrained.grammar.ir import ParsedGrammar, ElementType as T
         >>> v = Vocabulary([b"a"])
         >>> g = ParsedGrammar((((T.CHAR, 97), (T.END, 0)),), {"root": 0}, 0)
         >>> compile_grammar(g, v) is compile_grammar(g, v)

@@ -346,7 +346,7 @@ def _parser() -> Lark:
     if _PARSER is None:
         with _PARSER_LOCK:
             if _PARSER is None:
-                grammar = resources.files("constrained").joinpath("gbnf.lark").read_text(encoding="utf-8")
+                grammar = resources.files("constrained.grammar").joinpath("gbnf.lark").read_text(encoding="utf-8")
                 _PARSER = Lark(grammar, parser="lalr", lexer="contextual", postlex=_PostLex(),
                                transformer=_ToAst(), maybe_placeholders=False, propagate_positions=False)
     return _PARSER

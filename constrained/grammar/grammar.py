@@ -5,7 +5,7 @@ Where it knowingly differs from ``llama_sampler_init_grammar``:
 - an empty text (or one starting with NUL) is an error here; llama.cpp then makes a sampler without a grammar;
 - grammars llama.cpp never finishes loading are refused (``{m,n}`` with m > n; left recursion through rules that
   can be empty without a literally empty alternative, when it grows the stack), as are grammars beyond
-  :class:`~constrained.gbnf.GbnfLimits` (nesting, size), which can overflow llama.cpp's C stack or memory;
+  :class:`~constrained.grammar.gbnf.GbnfLimits` (nesting, size), which can overflow llama.cpp's C stack or memory;
 - without a vocabulary ``<text>`` token references are only checked for syntax; :meth:`Grammar.parsed`
   resolves them (llama.cpp needs the vocabulary while parsing).
 
@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from .errors import GrammarSyntaxError
+from ..errors import GrammarSyntaxError, SchemaError
+from ..json_schema import convert_json_schema
 from .gbnf import DEFAULT_LIMITS, GbnfLimits, error_at, parse_gbnf, to_bytes
 from .ir import (
     TEXT_TOKEN,
@@ -41,8 +42,8 @@ from .ir import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ..vocab import Vocabulary
     from .matcher import GrammarMatcher
-    from .vocab import Vocabulary
 
 __all__ = ["Grammar", "format_gbnf"]
 
@@ -93,7 +94,7 @@ class Grammar:
                 column and caret).
             GrammarLimitError: the grammar exceeds ``limits``, or llama.cpp would never finish with it
                 (``{m,n}`` with m > n; left recursion it misses and expands forever, see
-                :func:`constrained.ir.endless_expansion_index`).
+                :func:`constrained.grammar.ir.endless_expansion_index`).
 
         Example:
             >>> Grammar.from_gbnf('root ::= [0-9]{2,4}').symbol_ids["root_2"]
@@ -128,7 +129,7 @@ class Grammar:
     @classmethod
     def from_name(cls, name: str) -> Grammar:
         """A bundled grammar (see ``constrained.grammars``), e.g. ``Grammar.from_name("json")``."""
-        from .grammars import load
+        from ..grammars import load
 
         return cls.from_gbnf(load(name))
 
@@ -136,10 +137,31 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: Any, *, strict: bool = False) -> Grammar:
-        """The grammar llama-server builds for a JSON schema (``json_schema_to_grammar``)."""
-        from .json_schema import grammar_from_json_schema
+        """The grammar llama-server builds for a JSON schema (``json_schema_to_grammar``), with ``unenforced`` set.
 
-        return grammar_from_json_schema(schema, strict=strict)
+        ``strict=True`` raises SchemaError instead when some keyword is not enforced.
+
+        >>> Grammar.from_json_schema({"type": "array", "items": {"type": "boolean"}}).unenforced
+        ()
+
+        Raises:
+            SchemaError: an invalid schema (with ``.path``), a keyword left unenforced under ``strict``, or a grammar
+                that llama.cpp builds but cannot load either.
+        """
+        result = convert_json_schema(schema)
+        if strict and result.unenforced:
+            first = result.unenforced[0]
+            listing = "\n".join(f"  {k}" for k in result.unenforced)
+            raise SchemaError(f"JSON schema error at {first.path}: the grammar does not enforce "
+                              f"{len(result.unenforced)} keyword(s):\n{listing}", path=first.path)
+        text = result.gbnf.encode("utf-8", "surrogateescape")  # bytes: a pattern may have split a UTF-8 character
+        try:
+            grammar = cls.from_gbnf(text)
+        except GrammarSyntaxError as e:
+            # llama.cpp builds this grammar but cannot load it either (e.g. left recursion through anyOf and $ref)
+            raise SchemaError(f"JSON schema error at #: llama.cpp cannot load the grammar it builds for this schema: "
+                              f"{e}", path="#") from e
+        return dataclasses.replace(grammar, unenforced=result.unenforced)
 
     # ------------------------------------------------------------------------------------------ views
 
@@ -190,7 +212,7 @@ class Grammar:
         return parsed
 
     def matcher(self, vocab: Vocabulary) -> GrammarMatcher:
-        """A matcher over ``vocab`` (see ``constrained.matcher``)."""
+        """A matcher over ``vocab`` (see ``constrained.grammar.matcher``)."""
         from .matcher import compile_grammar
 
         return compile_grammar(self, vocab).matcher()

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
-from .errors import VocabularyError
+from ..errors import VocabularyError
 
 _SCALAR = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",

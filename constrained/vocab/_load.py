@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import VocabularyError
+from ..errors import VocabularyError
 
 NULL = -1
 
