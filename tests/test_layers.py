@@ -26,6 +26,7 @@ LAYERS: dict[str, int] = {
     "constrained.grammar": 2,         # the engine; Grammar.from_json_schema uses the front end below it
     "constrained.validation": 3,
     "constrained.chat": 3,
+    "constrained.flags": 3,           # llama-server's command line -> load, sampling and server settings
     "constrained.llama": 4,
     "constrained.hf": 4,
     "constrained.vllm": 4,
