@@ -357,6 +357,15 @@ class GrammarMatcher:
         """How many steps ``rollback`` can undo."""
         return len(self._history)
 
+    def fill_next_token_bitmask(self, bitmask: Any, index: int = 0, *, vocab_size: int | None = None) -> bool:
+        """Write :meth:`mask` as packed int32 bits into row ``index`` of ``bitmask`` (xgrammar's verb).
+
+        See :func:`constrained.grammar.bitmask.fill_next_token_bitmask`; returns whether any token is masked.
+        """
+        from .bitmask import fill_next_token_bitmask
+
+        return fill_next_token_bitmask(self, bitmask, index, vocab_size=vocab_size)
+
 
 _COMPILED: weakref.WeakKeyDictionary[Vocabulary, _LRU] = weakref.WeakKeyDictionary()
 _COMPILED_LOCK = threading.Lock()
