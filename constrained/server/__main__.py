@@ -1,0 +1,7 @@
+"""``python -m constrained.server [llama-server flags]``."""
+
+import sys
+
+from .main import main
+
+sys.exit(main())

@@ -1,0 +1,258 @@
+"""``/v1/chat/completions`` bodies → ``/completion`` parameters, as ``oaicompat_chat_params_parse``
+(server-common.cpp:1224-1451): the checks and their messages, ``response_format`` / ``json_schema`` / ``grammar``,
+the chat template, ``logprobs`` / ``top_logprobs``, and every other key copied through.
+
+Errors raised as :class:`~.errors.HttpError` carry llama-server's status: ``std::invalid_argument`` is 400,
+``std::runtime_error`` is 500 (``ex_wrapper``).
+
+Example:
+    >>> from constrained.chat import ChatTemplates
+    >>> p = chat_params({"messages": [{"role": "user", "content": "Hi"}], "response_format": {"type": "json_object"}},
+    ...                 ChatTemplates(None), jinja=False)
+    >>> p["prompt"], p["grammar_type"]
+    ('<|im_start|>user\\nHi<|im_end|>\\n<|im_start|>assistant\\n', 'tool_calls')
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..chat import ChatTemplateError, ChatTemplates
+from ..json_schema import convert_json_schema
+from .errors import HttpError
+
+__all__ = ["ContentParser", "chat_params", "message_json"]
+
+
+def _bad(msg: str) -> HttpError:
+    return HttpError(msg, "invalid_request_error")
+
+
+def _server(msg: str) -> HttpError:
+    return HttpError(msg, "server_error")
+
+
+def _jv(d: Any, key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
+    """``json_value``: the default when absent, null or of the wrong type."""
+    if not isinstance(d, dict) or key not in d or d[key] is None:
+        return default
+    v = d[key]
+    if kind is bool:
+        return v if isinstance(v, bool) else default
+    if kind is int:
+        return v if isinstance(v, int) and not isinstance(v, bool) else default
+    return v if isinstance(v, kind) else default
+
+
+def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, prefill_assistant: bool = True,
+                chat_template_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``/completion`` body a chat request becomes (``prompt`` rendered, grammar chosen)."""
+    out: dict[str, Any] = {}
+    tools = body.get("tools")
+    has_tools = isinstance(tools, list) and len(tools) > 0
+    tool_choice = _jv(body, "tool_choice", "auto", str)
+    if not jinja:
+        if has_tools:
+            raise _server("tools param requires --jinja flag")
+        if tool_choice != "auto":
+            raise _server("tool_choice param requires --jinja flag")
+    stop = body.get("stop")
+    out["stop"] = [stop] if isinstance(stop, str) else (stop if isinstance(stop, list) else [])
+    json_schema = body.get("json_schema")
+    grammar = _jv(body, "grammar", "", str)
+    if json_schema is not None and grammar:
+        raise _server("Cannot use both json_schema and grammar")
+    if "response_format" in body:
+        rf = _jv(body, "response_format", {}, dict)
+        rtype = _jv(rf, "type", "", str)
+        if rtype == "json_object":
+            if "schema" in rf or _empty(json_schema):
+                json_schema = rf.get("schema", {}) if rf.get("schema") is not None else {}
+        elif rtype == "json_schema":
+            wrapper = _jv(rf, "json_schema", {}, dict)
+            json_schema = wrapper.get("schema", {}) if wrapper.get("schema") is not None else {}
+        elif rtype and rtype != "text":
+            raise _bad(f'response_format type must be one of "text" or "json_object", but got: {rtype}')
+    if isinstance(json_schema, dict) and not json_schema:
+        json_schema = {"type": "object"}
+    if "messages" not in body:
+        raise _bad("'messages' is required")
+    messages = body["messages"]
+    if not isinstance(messages, list):
+        raise _bad("Expected 'messages' to be an array")
+    for msg in messages:
+        role = _jv(msg, "role", "", str)
+        has_content = isinstance(msg, dict) and "content" in msg
+        if role != "assistant" and not has_content:
+            raise _bad("All non-assistant messages must contain 'content'")
+        if role == "assistant":
+            if not has_content and not (isinstance(msg, dict) and "tool_calls" in msg):
+                raise _bad("Assistant message must contain either 'content' or 'tool_calls'!")
+            if not has_content:
+                continue
+        content = msg["content"]
+        if content is None or isinstance(content, str):
+            continue
+        if not isinstance(content, list):
+            raise _bad("Expected 'content' to be a string or an array")
+        for part in content:
+            if isinstance(part, dict) and part.get("type") not in ("text", None):
+                raise _bad("image input is not supported - hint: if this is unexpected, you may need to provide "
+                           "the mmproj")
+    msgs = [_parse_msg(m) for m in messages]
+    add_gen = _jv(body, "add_generation_prompt", True, bool)
+    cont = body.get("continue_final_message")
+    continuation = bool(cont) if "continue_final_message" in body else False
+    if not continuation and prefill_assistant and msgs and msgs[-1]["role"] == "assistant":
+        if len(msgs) >= 2 and msgs[-2]["role"] == "assistant":
+            raise _bad("Cannot have 2 or more assistant messages at the end of the list.")
+        continuation = True
+        add_gen = False
+    if continuation and add_gen:
+        raise _bad("Cannot set both add_generation_prompt and continue_final_message to true.")
+    if continuation and msgs and msgs[-1]["role"] == "assistant" and msgs[-1].get("tool_calls"):
+        raise _bad("Cannot continue an assistant message that contains tool calls.")
+    if has_tools and tool_choice != "none":
+        if "grammar" in body:
+            raise _bad("Cannot use custom grammar constraints with tools.")
+        out["parse_tool_calls"] = True
+    kwargs = dict(chat_template_kwargs or {})
+    for k, v in _jv(body, "chat_template_kwargs", {}, dict).items():
+        kwargs[k] = v
+    enable_thinking = True
+    et = kwargs.get("enable_thinking")
+    if isinstance(et, str):
+        raise _bad('invalid type for "enable_thinking" (expected boolean, got string)')
+    if isinstance(et, bool):
+        enable_thinking = et
+    try:
+        if jinja:
+            prompt = _render_jinja(templates, msgs, add_gen, continuation, tools if has_tools else None,
+                                   kwargs, enable_thinking)
+        else:
+            prompt = templates.apply_legacy(msgs, add_gen)
+    except ChatTemplateError as e:
+        raise _server(str(e)) from None
+    out["chat_format"] = 0
+    out["prompt"] = prompt
+    if not jinja:
+        # common_chat_templates_apply_legacy: the schema's grammar (or the body's grammar), typed tool_calls
+        g = ""
+        if not _empty(json_schema):
+            try:
+                g = convert_json_schema(json_schema).gbnf
+            except Exception as e:  # noqa: BLE001
+                raise _bad(f"JSON schema conversion failed:\n{_schema_errors(e)}") from None
+        else:
+            g = grammar
+        if g:
+            out["grammar"] = g
+            out["grammar_type"] = "tool_calls"
+    else:
+        if not _empty(json_schema):
+            out["json_schema"] = json_schema
+        elif grammar:
+            out["grammar"] = grammar
+    out["grammar_lazy"] = False
+    out["grammar_triggers"] = []
+    out["preserved_tokens"] = []
+    out["generation_prompt"] = ""
+    if _jv(body, "logprobs", False, bool):
+        if has_tools and _jv(body, "stream", False, bool):
+            raise _bad("logprobs is not supported with tools + stream")
+        out["n_probs"] = _jv(body, "top_logprobs", 20, int)
+    elif body.get("top_logprobs") is not None:
+        raise _bad("top_logprobs requires logprobs to be set to true")
+    for k, v in body.items():
+        if k not in out or k == "n_predict":
+            out[k] = v
+    if jinja and "json_schema" in out and "grammar" in out and not body.get("grammar"):
+        out.pop("grammar")
+    return out
+
+
+def _empty(schema: Any) -> bool:
+    return schema is None or (isinstance(schema, (dict, list, str)) and len(schema) == 0)
+
+
+def _schema_errors(e: Exception) -> str:
+    msg = str(e)
+    prefix = "JSON schema conversion failed:\n"
+    return msg[len(prefix):] if msg.startswith(prefix) else msg
+
+
+def _parse_msg(m: Any) -> dict[str, Any]:
+    # common_chat_msgs_parse_oaicompat (the parts the templates see)
+    if not isinstance(m, dict):
+        raise _server("Expected 'message' to be an object")
+    role = m.get("role")
+    if not isinstance(role, str):
+        raise _server("[json.exception.type_error.302] type must be string, but is "
+                      + ("number" if isinstance(role, (int, float)) else "null" if role is None else "object"))
+    out: dict[str, Any] = {"role": role}
+    content = m.get("content")
+    if isinstance(content, list):
+        out["content"] = [dict(p) for p in content if isinstance(p, dict)]
+    elif content is None:
+        out["content"] = None if "content" in m else ""
+    elif isinstance(content, str):
+        out["content"] = content
+    else:
+        raise _bad("Expected 'content' to be a string or an array")
+    for k in ("tool_calls", "reasoning_content", "name", "tool_call_id"):
+        if k in m and m[k] is not None:
+            out[k] = m[k]
+    return out
+
+
+def _render_jinja(t: ChatTemplates, msgs: list[dict[str, Any]], add_gen: bool, continuation: bool,
+                  tools: Any, kwargs: dict[str, Any], enable_thinking: bool) -> str:
+    from ..chat import template as tm
+
+    if hasattr(tm, "apply_jinja_server"):
+        return tm.apply_jinja_server(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation,
+                                     tools=tools, chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
+    if continuation and msgs:
+        last = msgs[-1]
+        full = t.render_jinja(msgs, add_generation_prompt=False, tools=tools, extra_context=kwargs,
+                              enable_thinking=enable_thinking)
+        text = last.get("content") or ""
+        if isinstance(text, str) and text:
+            i = full.rfind(text)
+            if i >= 0:
+                return full[: i + len(text)]
+        return full
+    return t.render_jinja(msgs, add_generation_prompt=add_gen, tools=tools, extra_context=kwargs,
+                          enable_thinking=enable_thinking)
+
+
+class ContentParser:
+    """The chat output parser for templates without tool calls or reasoning (``Content-only``): the message is
+    the generated text; each update's diff is the appended text."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.sent = ""
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        diffs: list[dict[str, Any]] = []
+        if len(self.text) > len(self.sent):
+            diffs.append({"content": self.text[len(self.sent):]})
+            self.sent = self.text
+        return message_json(self.text), diffs
+
+
+def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``common_chat_msg::to_json_oaicompat`` (content is ``""``, never null)."""
+    m: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        m["reasoning_content"] = reasoning
+    if tool_calls:
+        m["tool_calls"] = tool_calls
+    return m
+
+
+def dumps_compact(v: Any) -> str:
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))

@@ -1,0 +1,99 @@
+"""``constrained serve [llama-server flags]`` / ``python -m constrained.server``: start the server.
+
+The flags are llama-server's (:func:`constrained.flags.parse_server_args`); without ``-m`` the default model is
+served. A progress line is printed while the model loads, then one line per request.
+
+Example:
+    $ constrained serve -m model.gguf --port 8080 -np 2 --jinja
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from ..errors import ConstrainedError
+from ..flags import FlagError, ServerArgs, parse_server_args
+from .app import ServerConfig, ServerState, build_app
+from .engine import EngineConfig
+
+__all__ = ["config_from_args", "main", "serve"]
+
+
+def config_from_args(a: ServerArgs) -> ServerConfig:
+    """The engine and server settings for a parsed command line (the default model when there is no ``-m``)."""
+    from sampler import Params
+
+    model = a.model
+    if not model:
+        from ..llama import default_model_path
+
+        model = default_model_path()
+    sampling = Params.from_gguf(model, base=a.sampling, user_set=a.sampling_user_set)
+    n_par, unified = a.resolved_parallel()
+    nt, ntb = a.resolved_threads()
+    tmpl = a.chat_template
+    if a.chat_template_file:
+        p = Path(a.chat_template_file)
+        if not p.is_file():
+            raise FlagError(f"error: failed to open file '{a.chat_template_file}'")
+        tmpl = p.read_text(encoding="utf-8")
+    eng = EngineConfig(model_path=model, n_ctx=a.n_ctx, n_parallel=n_par, n_batch=a.n_batch, n_ubatch=a.n_ubatch,
+                       flash_attn=a.flash_attn, swa_full=a.swa_full, ctx_checkpoints=a.n_ctx_checkpoints,
+                       n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
+                       sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
+                       cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step)
+    return ServerConfig(engine=eng, alias=list(a.alias), api_keys=list(a.api_key), jinja=a.jinja,
+                        chat_template=tmpl, chat_template_kwargs=dict(a.chat_template_kwargs),
+                        endpoint_slots=a.slots, endpoint_metrics=a.metrics, endpoint_props=a.props, ui=a.webui,
+                        cors_origins=a.cors_origins, prefill_assistant=a.prefill_assistant)
+
+
+def serve(argv: Sequence[str]) -> int:
+    """Parse ``argv``, load the model, serve until interrupted. Returns the exit code."""
+    try:
+        a = parse_server_args(list(argv))
+        cfg = config_from_args(a)
+    except (FlagError, ConstrainedError, ValueError) as e:
+        print(f"constrained serve: {e}", file=sys.stderr)
+        return 2
+    try:
+        import uvicorn
+    except ImportError:
+        print("constrained serve needs the server extra: pip install 'constrained[server]'", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        print(f"constrained serve: {msg}", file=sys.stderr, flush=True)
+
+    try:
+        state = ServerState.load(cfg, progress)
+    except ConstrainedError as e:
+        print(f"constrained serve: {e}", file=sys.stderr)
+        return 3
+    app = build_app(state)
+    hosts = [h for h in a.host.split(",") if h]
+    progress(f"listening on http://{hosts[0]}:{a.port}")
+    if len(hosts) == 1:
+        uvicorn.run(app, host=hosts[0], port=a.port, log_level="warning", access_log=False,
+                    timeout_keep_alive=a.timeout)
+    else:
+        import asyncio
+        import socket
+
+        socks = []
+        for h in hosts:
+            fam = socket.AF_INET6 if ":" in h else socket.AF_INET
+            s = socket.socket(fam, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((h, a.port))
+            socks.append(s)
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        asyncio.run(server.serve(sockets=socks))
+    state.engine.stop()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return serve(sys.argv[1:] if argv is None else argv)
