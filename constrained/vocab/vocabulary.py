@@ -178,6 +178,21 @@ class Vocabulary:
                    add_space_prefix=lv.add_space_prefix, clean_spaces=lv.clean_spaces)
 
     @classmethod
+    def from_hf(cls, tokenizer: Any, **kwargs: Any) -> Vocabulary:
+        """The vocabulary llama.cpp would load from the GGUF of a Hugging Face (fast) tokenizer.
+
+        Pieces, attributes, special ids and end-of-generation ids follow llama.cpp's converter and load rules
+        (see :func:`constrained.vocab.hf.hf_vocab_args` for the keyword arguments).
+
+        Example:
+            >>> from transformers import AutoTokenizer  # doctest: +SKIP
+            >>> v = Vocabulary.from_hf(AutoTokenizer.from_pretrained("model_dir"))  # doctest: +SKIP
+        """
+        from .hf import hf_vocab_args
+
+        return cls(**hf_vocab_args(tokenizer, **kwargs))
+
+    @classmethod
     def from_llama(cls, llm: Any) -> Vocabulary:
         """The vocabulary of a loaded ``llama_cpp.Llama`` (or a ``llama_vocab`` pointer), read through its C API.
 
