@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..errors import GrammarSyntaxError, SchemaError
+from ..errors import GrammarLimitError, GrammarSyntaxError, SchemaError
 from ..json_schema import convert_json_schema
 from .gbnf import DEFAULT_LIMITS, GbnfLimits, error_at, parse_gbnf, to_bytes
 from .ir import (
@@ -136,19 +136,22 @@ class Grammar:
     bundled = from_name
 
     @classmethod
-    def from_json_schema(cls, schema: Any, *, strict: bool = False) -> Grammar:
+    def from_json_schema(cls, schema: Any, *, strict: bool = False, enforce: str = "llama.cpp",
+                         limits: GbnfLimits = DEFAULT_LIMITS) -> Grammar:
         """The grammar llama-server builds for a JSON schema (``json_schema_to_grammar``), with ``unenforced`` set.
 
-        ``strict=True`` raises SchemaError instead when some keyword is not enforced.
+        ``strict=True`` raises SchemaError instead when some keyword is not enforced. ``enforce="all"`` builds a
+        grammar that enforces every keyword a grammar can (number bounds, full regex patterns, formats, ...) instead
+        of llama.cpp's text; what stays unenforced is still in ``unenforced``.
 
         >>> Grammar.from_json_schema({"type": "array", "items": {"type": "boolean"}}).unenforced
         ()
 
         Raises:
-            SchemaError: an invalid schema (with ``.path``), a keyword left unenforced under ``strict``, or a grammar
-                that llama.cpp builds but cannot load either.
+            SchemaError: an invalid schema (with ``.path``), a keyword left unenforced under ``strict``, a grammar
+                that llama.cpp builds but cannot load either, or one beyond ``limits`` (the message names the limit).
         """
-        result = convert_json_schema(schema)
+        result = convert_json_schema(schema, enforce=enforce)
         if strict and result.unenforced:
             first = result.unenforced[0]
             listing = "\n".join(f"  {k}" for k in result.unenforced)
@@ -156,11 +159,17 @@ class Grammar:
                               f"{len(result.unenforced)} keyword(s):\n{listing}", path=first.path)
         text = result.gbnf.encode("utf-8", "surrogateescape")  # bytes: a pattern may have split a UTF-8 character
         try:
-            grammar = cls.from_gbnf(text)
+            grammar = cls.from_gbnf(text, limits=limits)
+        except GrammarLimitError as e:
+            where = result.path_of_rule(e.source_line.split("::=")[0].strip()) if e.source_line else "#"
+            raise SchemaError(f"JSON schema error at {where}: the grammar built for this schema exceeds a limit of "
+                              f"the grammar engine (from_json_schema(limits=GbnfLimits(...)) raises it): {e}",
+                              path=where) from e
         except GrammarSyntaxError as e:
             # llama.cpp builds this grammar but cannot load it either (e.g. left recursion through anyOf and $ref)
-            raise SchemaError(f"JSON schema error at #: llama.cpp cannot load the grammar it builds for this schema: "
-                              f"{e}", path="#") from e
+            where = result.path_of_rule(e.source_line.split("::=")[0].strip()) if e.source_line else "#"
+            raise SchemaError(f"JSON schema error at {where}: llama.cpp cannot load the grammar it builds for this "
+                              f"schema: {e}", path=where) from e
         return dataclasses.replace(grammar, unenforced=result.unenforced)
 
     # ------------------------------------------------------------------------------------------ views

@@ -24,7 +24,8 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SchemaError
@@ -36,7 +37,7 @@ from .nodes import KEYWORDS, SELECTORS, Keyword
 from .report import UnenforcedKeyword, collect
 
 __all__ = [
-    "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
+    "ENFORCE_MODES", "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
     "convert_json_schema", "json_mode_gbnf", "json_schema_report",
     "json_schema_to_gbnf", "keyword_table", "schema_from_response_format", "server_json_schema",
 ]
@@ -56,6 +57,18 @@ class SchemaConversion:
     gbnf: str
     unenforced: tuple[UnenforcedKeyword, ...]
     warnings: tuple[str, ...]
+    rule_paths: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def path_of_rule(self, name: str) -> str:
+        """The JSON pointer of the schema node a rule was built for (``#`` when unknown).
+
+        >>> convert_json_schema({"properties": {"a": {"type": "integer", "minimum": 0}}}).path_of_rule("a-kv")
+        '#/properties/a'
+        """
+        for suffix in ("", "-kv", "-rest"):
+            if name.endswith(suffix) and name[:len(name) - len(suffix)] in self.rule_paths:
+                return u(self.rule_paths[name[:len(name) - len(suffix)]])  # paths are kept as bytes in str
+        return "#"
 
 
 @contextlib.contextmanager
@@ -143,8 +156,15 @@ def _inverted_path(doc: _nodes.Document) -> str:
     return "#"
 
 
-def convert_json_schema(schema: Any) -> SchemaConversion:
+ENFORCE_MODES = ("llama.cpp",)
+"""``enforce=``: ``"llama.cpp"`` is llama.cpp's exact grammar text; ``"all"`` enforces every keyword a grammar can."""
+
+
+def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConversion:
     """Convert a schema (dict, JSON text or bytes, or a pydantic model class) and report what is not enforced.
+
+    ``enforce="all"`` builds our own grammar instead of llama.cpp's (see ``json_schema.enforce``): every keyword a
+    context-free grammar can express is enforced, the rest is reported.
 
     Raises SchemaError (with llama.cpp's message and ``.path``) where llama.cpp refuses the schema, and also where
     the grammar would accept nothing (a ``$ref`` cycle with no way out).
@@ -152,7 +172,15 @@ def convert_json_schema(schema: Any) -> SchemaConversion:
     >>> convert_json_schema({"type": "string", "pattern": "[0-9]+"}).warnings
     ("pattern [0-9]+ is not supported (not anchored with '^' and '$'), accepting any string",)
     """
+    if enforce not in ENFORCE_MODES:
+        raise SchemaError(f"enforce must be one of {ENFORCE_MODES}, got {enforce!r}", path="#")
     value = load(schema)
+    if enforce == "all":
+        from .enforce import convert_enforced
+
+        with _recursion_headroom():
+            gbnf, report = convert_enforced(value)
+        return SchemaConversion(gbnf, report, ())
     with _recursion_headroom():
         try:
             doc = _nodes.build_document(value)
@@ -181,7 +209,8 @@ def convert_json_schema(schema: Any) -> SchemaConversion:
         # a property named "" at the top level is also named "root" and takes the rule first
         unenforced = (UnenforcedKeyword("#", "properties", f"the root rule is not this schema: a sub-schema took the "
                                         f"name root first, the schema itself became {u(top)}"),) + unenforced
-    return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings))
+    return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings),
+                            conv.rule_paths)
 
 
 def json_schema_to_gbnf(schema: Any) -> str:

@@ -83,6 +83,23 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+class _Overflow(Exception):
+    """An integer beyond a double (caught by ``load``, which finds its path)."""
+
+
+def _path_of(value: Any, target: Any, path: str = "#", depth: int = 0) -> str | None:
+    if value is target:
+        return path
+    if depth > MAX_JSON_DEPTH:
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for k, v in items:
+        found = _path_of(v, target, f"{path}/{k}", depth + 1)
+        if found is not None:
+            return found
+    return None
+
+
 def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """A Python value as the JSON value nlohmann would hold after parsing its dump (ints out of the 64-bit ranges
     become doubles). Raises SchemaError for anything that is not JSON, or larger than the limits."""
@@ -96,7 +113,12 @@ def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> An
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        return value if INT64_MIN <= value <= UINT64_MAX else float(value)
+        if INT64_MIN <= value <= UINT64_MAX:
+            return value
+        try:
+            return float(value)  # nlohmann reads an integer beyond 64 bits as a double
+        except OverflowError:
+            raise _Overflow(value) from None
     if isinstance(value, float):
         if not math.isfinite(value):
             raise SchemaError(f"JSON schema contains {value!r}, which is not JSON", path="#")
@@ -142,7 +164,13 @@ def load(schema: Any) -> Any:
                                 parse_constant=_reject_constant)
         except (ValueError, RecursionError) as e:
             raise SchemaError(f"JSON schema is not valid JSON: {e}", path="#") from None
-    return normalize(schema)
+    try:
+        return normalize(schema)
+    except _Overflow as e:
+        where = _path_of(schema, e.args[0]) or "#"
+        digits = len(str(abs(e.args[0])))
+        raise SchemaError(f"JSON schema error at {where}: a {digits}-digit integer is beyond a double (nlohmann reads "
+                          "integers beyond 64 bits as doubles: 'number overflow')", path=where) from None
 
 
 # ---- nlohmann dump() ----------------------------------------------------------------------------------------------

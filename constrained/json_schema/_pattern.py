@@ -88,6 +88,28 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
     length = len(sub)
     sub_rule_ids: dict[str, str] = {}
     state = {"i": 0, "depth": 0, "atoms": 0}
+    quantified: dict[int, tuple[int, object]] = {}  # id of a seq entry made by a quantifier -> (its minimum, it)
+
+    def requantify(entry: tuple[str, bool], op: str) -> None:
+        # a quantifier right after a quantifier: the regex reads "x+?" / "x{2}?" as lazy (the same strings), GBNF
+        # reads "("x"+)?", which also matches nothing; "x**" is not a regex at all
+        prev = quantified.get(id(entry))
+        if prev is None:
+            return
+        if op == "?":
+            if prev[0] > 0:
+                notes.append(f"the lazy quantifier '?' after a repetition of at least {prev[0]} is read by GBNF as "
+                             "'optional': the repetition may also match nothing")
+        else:
+            notes.append(f"the quantifier {op} follows another quantifier: not a valid regex, GBNF repeats the "
+                         "repetition")
+
+    def check_escape(text: str) -> None:
+        # \uD800-\uDFFF (a lone surrogate) and \U beyond 0x10FFFF have no UTF-8: GBNF writes invalid bytes
+        if len(text) >= 6 and text[1] in "uU":
+            cp = int(text[2:], 16)
+            if 0xD800 <= cp <= 0xDFFF or cp > 0x10FFFF:
+                notes.append(f"the escape {text} is not a Unicode scalar value: GBNF accepts its invalid UTF-8 bytes")
 
     def check_quantifier(item: tuple[str, bool], op: str) -> None:
         if not item[1]:
@@ -152,6 +174,7 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                         n = gbnf_escape_length(sub, i)
                         if n == 0:
                             raise UnsupportedPattern("unsupported escape in character class: " + sub[i:i + 2])
+                        check_escape(sub[i:i + n])
                         cls += sub[i:i + n]
                         i += n
                     else:
@@ -168,7 +191,9 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                 if not seq:
                     raise InvalidPattern("nothing to repeat")
                 check_quantifier(seq[-1], c)
+                requantify(seq[-1], c)
                 seq[-1] = (to_rule(seq[-1]) + c, False)
+                quantified[id(seq[-1])] = (1 if c == "+" else 0, seq[-1])
                 state["i"] += 1
             elif c == "{":
                 curly = "{"
@@ -197,6 +222,7 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                     raise InvalidPattern("nothing to repeat")
                 text, is_lit = seq[-1]
                 check_quantifier(seq[-1], curly + "}")
+                requantify(seq[-1], curly + "}")
                 if not re.fullmatch(r"[0-9]+(,[0-9]*)?", curly[1:]):
                     notes.append(f"{curly}}} is read as a repetition, where a regex (ECMA-262) reads it literally")
                 if not is_lit:
@@ -207,6 +233,7 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                         sub_rule_ids[text] = sub_id
                     text = sub_id
                 seq[-1] = (build_repetition(f'"{text}"' if is_lit else text, min_times, max_times, ""), False)
+                quantified[id(seq[-1])] = (min_times if max_times != 0 else 0, seq[-1])
             else:
                 literal = ""
                 atoms = 0
@@ -224,6 +251,7 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                             n = gbnf_escape_length(sub, i)
                             if n == 0:
                                 raise UnsupportedPattern("unsupported escape: " + sub[i:i + 2])
+                            check_escape(sub[i:i + n])
                             literal += sub[i:i + n]
                             i += n
                     elif ch == '"':

@@ -51,21 +51,53 @@ class Converter:
     warnings: list[Diagnostic] = field(default_factory=list)
     ignored: list[Diagnostic] = field(default_factory=list)  # allOf members the conversion drops
     all_of_active: set[int] = field(default_factory=set)
+    rule_paths: dict[str, str] = field(default_factory=dict)                  # rule name -> path of its node
+    _by_body: dict[str, list[str]] = field(default_factory=dict, repr=False)   # body -> names holding it
+    _next_free: dict[str, int] = field(default_factory=dict, repr=False)       # name -> where the scan resumes
+
+    def __post_init__(self) -> None:
+        for k, v in self.rules.items():
+            self._by_body.setdefault(v, []).append(k)
 
     # ---- rule table --------------------------------------------------------------------------------------------
 
     def add_rule(self, name: str, rule: str) -> str:
-        # as _add_rule: a name taken by another body gets the first free number appended
+        # as _add_rule: a name taken by another body gets the first free number appended. The C++ scans i = 0, 1...
+        # each time (quadratic for thousands of colliding names); here a rule's name is found through its body and
+        # the scan resumes where the last one stopped for that name (keys are only ever added, except by
+        # drop_rules, which resets the resume points): the same names, in linear time.
         esc = INVALID_RULE_CHARS.sub("-", name)
-        if esc not in self.rules or self.rules[esc] == rule:
-            self.rules[esc] = rule
+        rules = self.rules
+        if esc not in rules:
+            rules[esc] = rule
+            self._by_body.setdefault(rule, []).append(esc)
             return esc
-        i = 0
-        while f"{esc}{i}" in self.rules and self.rules[f"{esc}{i}"] != rule:
+        if rules[esc] == rule:
+            return esc
+        best = -1
+        for other in self._by_body.get(rule, ()):
+            tail = other[len(esc):]
+            if other.startswith(esc) and tail.isdigit() and tail.isascii() and (tail == "0" or tail[0] != "0"):
+                j = int(tail)
+                if best < 0 or j < best:
+                    best = j
+        i = self._next_free.get(esc, 0)
+        while f"{esc}{i}" in rules and (best < 0 or i < best):
             i += 1
+        self._next_free[esc] = i
+        if 0 <= best <= i:
+            return f"{esc}{best}"
         key = f"{esc}{i}"
-        self.rules[key] = rule
+        rules[key] = rule
+        self._by_body.setdefault(rule, []).append(key)
         return key
+
+    def drop_rules(self, keep: set[str]) -> None:
+        """Remove every rule added since ``keep`` was taken (a failed pattern leaves no rules behind)."""
+        for k in [k for k in self.rules if k not in keep]:
+            body = self.rules.pop(k)
+            self._by_body[body].remove(k)
+        self._next_free.clear()
 
     def add_primitive(self, name: str, table_name: str | None = None) -> str:
         # as _add_primitive: the rule, then its missing dependencies
@@ -95,7 +127,9 @@ class Converter:
     def visit(self, node: N.Node, name: str) -> str:
         # as visit
         rule_name = name + "-" if name in RESERVED_NAMES else (name or "root")
-        return VISITORS[node.kind](self, node, name, rule_name)
+        out = VISITORS[node.kind](self, node, name, rule_name)
+        self.rule_paths.setdefault(out, node.origin or node.path)
+        return out
 
     def visit_ref(self, node: N.Node, name: str, rule_name: str) -> str:
         return self.add_rule(rule_name, self.resolve_ref(node))
@@ -168,13 +202,28 @@ class Converter:
                     add_component(alt, False, alt.path)
             else:
                 add_component(child, True, child.path)
+        counts: dict[str, int] = {}
+        for prop_name, _prop in properties:
+            counts[prop_name] = counts.get(prop_name, 0) + 1
+        repeated = [u(p) for p, c in counts.items() if c > 1]
+        if repeated and not enum_counts:
+            self.ignored.append(Diagnostic(node.path, f"the properties {repeated} are given by several members: "
+                                           "llama.cpp writes the key once per member, each with that member's schema "
+                                           "only (the key twice, or its value checked against one member)", "allOf"))
+        t = node.schema.get("type") if isinstance(node.schema, dict) else None
+        lost_type = Diagnostic(node.path, f"with allOf, llama.cpp's converter builds an object (or an enum "
+                                          f"intersection): the type {u(str(t))} is not enforced", "type")
         if enum_counts:
             inter = [lit for lit in sorted(enum_counts) if enum_counts[lit] == len(node.children)]
             if inter:
+                if "type" in node.consumed and not all(lit.startswith('"\\"') for lit in inter):
+                    self.ignored.append(lost_type)  # only a string type comes here (typed allOf: object or string)
                 return self.add_rule(rule_name, "(" + " | ".join(inter) + ")")
             self.ignored.append(Diagnostic(node.path, "the enum members have no value in common: no value satisfies "
                                            "the allOf, yet the grammar accepts an object", "allOf"))
-        return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None))
+        if "type" in node.consumed and t != "object":
+            self.ignored.append(lost_type)
+        return self.add_rule(rule_name, self.build_object_rule(properties, required, name, None, node.path))
 
     def visit_const(self, node: N.Node, name: str, rule_name: str) -> str:
         return self.add_rule(rule_name, format_literal(dump(node.values[0])))
@@ -187,11 +236,15 @@ class Converter:
             return self.add_rule(rule_name, self.add_primitive("object"))
         required = {p for p, _s, req in node.properties if req}
         props = [(p, s) for p, s, _req in node.properties]
-        return self.add_rule(rule_name, self.build_object_rule(props, required, name, node.additional))
+        return self.add_rule(rule_name, self.build_object_rule(props, required, name, node.additional, node.path))
 
     def build_object_rule(self, properties: list[tuple[str, N.Node]], required: set[str], name: str,
-                          additional: N.Node | None) -> str:
+                          additional: N.Node | None, path: str = "") -> str:
         # as _build_object_rule
+        if additional is None and any(p == "*" and p not in required for p, _s in properties):
+            # the name "*" is the C++'s marker for the extra keys: its kv is written "( ... )*", so the key repeats
+            self.ignored.append(Diagnostic(path, "an optional property named '*' is taken for llama.cpp's extra-key "
+                                           "marker: its key may repeat", "properties"))
         prefix = name + "-" if name else ""
         required_props: list[str] = []
         optional_props: list[str] = []
@@ -222,25 +275,22 @@ class Converter:
             rule += " ("
             if required_props:
                 rule += ' "," space ( '
-            memo: dict[int, str] = {}
-
-            def rest(start: int) -> str:
-                # get_recursive_refs(optional_props[start:], first_is_optional=True), memoised: same rules either way
-                if start not in memo:
-                    k = optional_props[start]
-                    kv = kv_names[k]
-                    res = f'( "," space {kv} )' + ("*" if k == "*" else "?")
-                    if start + 1 < len(optional_props):
-                        res += " " + self.add_rule(prefix + k + "-rest", rest(start + 1))
-                    memo[start] = res
-                return memo[start]
-
+            # get_recursive_refs(optional_props[start:], first_is_optional=True) for every start, built from the
+            # last one back (the C++ recursion adds the same rules in the same order, innermost first)
+            n_opt = len(optional_props)
+            memo: list[str] = [""] * (n_opt + 1)
+            for start in range(n_opt - 1, 0, -1):
+                k = optional_props[start]
+                res = f'( "," space {kv_names[k]} )' + ("*" if k == "*" else "?")
+                if start + 1 < n_opt:
+                    res += " " + self.add_rule(prefix + k + "-rest", memo[start + 1])
+                memo[start] = res
             alts = []
             for i, k in enumerate(optional_props):
                 kv = kv_names[k]
                 res = kv + (f' ( "," space {kv} )*' if k == "*" else "")
-                if i + 1 < len(optional_props):
-                    res += " " + self.add_rule(prefix + k + "-rest", rest(i + 1))
+                if i + 1 < n_opt:
+                    res += " " + self.add_rule(prefix + k + "-rest", memo[i + 1])
                 alts.append(res)
             rule += " | ".join(alts)
             if required_props:
@@ -277,19 +327,19 @@ class Converter:
 
     def visit_pattern(self, node: N.Node, rule_name: str) -> str:
         # as _visit_pattern: a failed conversion leaves no rules behind
-        snapshot = dict(self.rules)
+        snapshot = set(self.rules)
         quirks: list[str] = []
         try:
             result = pattern_to_rule(node.pattern, rule_name, self.add_rule, self.dotall, quirks)
             self.ignored.extend(Diagnostic(node.origin or node.path, q, "pattern") for q in quirks)
             return result
         except UnsupportedPattern as e:
-            self.rules = snapshot
+            self.drop_rules(snapshot)
             self.warnings.append(Diagnostic(node.origin or node.path, f"pattern {node.pattern} is not supported ({e}), "
                                             "accepting any string", "pattern"))
             return self.add_rule(rule_name, self.add_primitive("string"))
         except InvalidPattern as e:
-            self.rules = snapshot
+            self.drop_rules(snapshot)
             self.errors.append(Diagnostic(node.path, f"Invalid pattern {node.pattern}: {e}"))
             return ""
 

@@ -61,11 +61,12 @@ class _Reporter:
         if key not in self.out:
             self.out[key] = UnenforcedKeyword(key[0], keyword, reason)
 
-    def leftovers(self, node: N.Node, path: str, why: str, everything: bool = False) -> None:
+    def leftovers(self, node: N.Node, path: str, why: str, everything: bool = False,
+                  skip: tuple[str, ...] = ()) -> None:
         """Report each constraining keyword of the node's schema that it does not read."""
         for raw in node.schema:
             kw = u(raw)
-            if kw in node.consumed or kw not in N.KEYWORDS:
+            if kw in node.consumed or kw not in N.KEYWORDS or kw in skip:
                 continue
             if everything or N.applies(node.kind, kw):
                 spec = N.KEYWORDS[kw]
@@ -120,7 +121,8 @@ class _Reporter:
         elif kind == N.ANY_OF and ("oneOf" in node.consumed or "anyOf" in node.consumed):
             if "oneOf" in node.consumed and not pairwise_disjoint(node.children):
                 self.add(path, "oneOf", N.KEYWORDS["oneOf"].note)
-            self.leftovers(node, path, "ignored next to oneOf/anyOf", True)
+            self.leftovers(node, path, "ignored next to oneOf/anyOf", True,
+                           skip=("type",) if type_implied(s.get("type"), node.children) else ())
         elif kind == N.ANY_OF:
             pass  # a type array: its one-type copies report for it
         elif kind in (N.CONST, N.ENUM):
@@ -317,6 +319,44 @@ def integer_range_leaks(minimum: int, maximum: int) -> str | None:
 
 
 _ALL_TYPES = frozenset(("null", "boolean", "number", "string", "array", "object"))
+_JSON_TYPES = frozenset(("null", "boolean", "integer", "fraction", "string", "array", "object"))
+_TYPE_SETS = {"null": {"null"}, "boolean": {"boolean"}, "integer": {"integer"}, "number": {"integer", "fraction"},
+              "string": {"string"}, "array": {"array"}, "object": {"object"}}
+
+
+def _grammar_types(n: N.Node | None, depth: int = 0) -> frozenset[str]:
+    """The JSON types of the values a node's grammar produces ("fraction": a number that is not an integer)."""
+    n = _resolve(n)
+    if n is None or depth > 32:
+        return _JSON_TYPES
+    simple = {N.NULL: ("null",), N.BOOLEAN: ("boolean",), N.NUMBER: ("integer", "fraction"),
+              N.INTEGER: ("integer",), N.STRING: ("string",), N.ARRAY: ("array",), N.TUPLE: ("array",),
+              N.OBJECT: ("object",)}
+    if n.kind in simple:
+        return frozenset(simple[n.kind])
+    if n.kind in (N.CONST, N.ENUM):
+        def t(v: Any) -> str:
+            if v is None:
+                return "null"
+            if isinstance(v, bool):
+                return "boolean"
+            if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+                return "integer"
+            return ("fraction" if isinstance(v, float) else "string" if isinstance(v, str) else "array"
+                    if isinstance(v, list) else "object")
+        return frozenset(t(v) for v in n.values)
+    if n.kind == N.ANY_OF:
+        return frozenset().union(*(_grammar_types(c, depth + 1) for c in n.children))
+    return _JSON_TYPES
+
+
+def type_implied(t: Any, children: list[N.Node]) -> bool:
+    """Whether every alternative of a oneOf/anyOf produces only values of the sibling ``type`` (then it is enforced)."""
+    names = [t] if isinstance(t, str) else t if isinstance(t, list) else None
+    if not names or not all(isinstance(x, str) and x in _TYPE_SETS for x in names):
+        return False
+    allowed = set().union(*(_TYPE_SETS[x] for x in names))
+    return all(_grammar_types(c) <= allowed for c in children)
 
 
 def _resolve(n: N.Node | None) -> N.Node | None:
