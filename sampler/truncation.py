@@ -12,13 +12,12 @@ Example:
 
 from __future__ import annotations
 
-import array
-
 import numpy as np
 
 from . import mathf, stdalgo
 from .candidates import Candidates, bucket_partial_sort
 from .dist import fsum_seq, rng_seed, scan_max, softmax
+from .nsigma import sq_dev_sum
 from .rng import Mt19937, uniform_real_float
 
 _F32 = np.float32
@@ -197,18 +196,13 @@ class TopNSigma(_Stateless):
             return
         lg = c.logits
         valid = lg != -np.inf
-        vals = lg[valid]
+        vals = lg if valid.all() else lg[valid]
         mx = scan_max(lg[0], vals)
         cnt = vals.size
         mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
         # acc is a float; each term is pow(l - mean, 2) in double, added in double and rounded back to float
-        with np.errstate(invalid="ignore"):
-            d = (vals - mean).astype(np.float64)
-        sq = (d * d).tolist()
-        acc = array.array("f", [0.0])
-        for v in sq:
-            acc[0] = acc[0] + v
-        accf = _F32(acc[0])
+        with np.errstate(invalid="ignore", over="ignore"):
+            accf = sq_dev_sum(vals - mean)
         std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
         thr = _F32(mx - _F32(self.n * std))
         with np.errstate(invalid="ignore"):

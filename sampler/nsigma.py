@@ -1,0 +1,175 @@
+"""top-n-sigma's statistics in bulk, bit for bit as ``llama_sampler_top_n_sigma_apply`` computes them.
+
+llama.cpp (src/llama-sampler.cpp:3237) sums the logits in a float (``logits_sum += logit``, in array order) and
+accumulates the variance in a *float* from *double* terms: ``acc += pow(logit - mean, 2)``, i.e. for each ``d`` (a
+float) ``acc = (float)((double)acc + (double)d * d)``: one double rounding and one float rounding per element,
+sequentially.  The logit sum is :func:`numpy.cumsum` (a sequential float32 loop).  :func:`sq_dev_sum` gets the
+variance sum with one float32 ``cumsum`` over terms ``x`` chosen so that ``fl32(acc + x)`` is the C step exactly:
+
+1. *No double-rounding effect.*  For ``acc = a`` a normal float in binade ``[2^e, 2^(e+1))`` and ``s = d*d < a/4``
+   (exact in double), ``fl32(fl64(a + s)) == fl32(a + s)``.  The double rounding could only differ if ``fl64(a+s)``
+   were a float midpoint ``M`` with ``a + s != M``; then ``s_M = M - a`` is a float (a multiple of ``2^(e-24)`` below
+   ``2^(e-1)``) within ``2^(e-52)`` of ``s``, hence ``s_M == s32 = fl32(s)`` and ``0 < |s - s32| <= lsb(s32) * 2^-29``
+   (``lsb`` = value of the lowest set bit of the significand).  No square of a float has that property: all 2^24
+   significands are checked in ``tests/test_sampler_nsigma.py``.
+2. *The term.*  ``x = s32`` gives ``fl32(a + s32) == fl32(a + s)`` unless ``a + s32`` is exactly a rounding tie
+   (then ``s32`` is a multiple of ``2^(e-24)``); those few candidates take ``x = round_to_odd_24(s)`` instead, which
+   rounds like ``s`` on every grid at least 4 times coarser than its own (the round-to-odd property).
+3. *The binade is bounded from below without the sequential sum*: block sums of ``s32`` give the running sum at
+   every block start up to the accumulated rounding (relative error at most ``i * 2^-24``), so ``e`` is known to be
+   at least ``e_lo`` per block; candidates are then "``s32`` a multiple of ``2^(e_lo-24)``" (a superset), and
+   elements with ``s32 >= 2^(e_lo-3)`` (possibly ``s >= a/4``), or where ``acc`` may still be below ``2^-100`` (the
+   subnormal zone), are computed one by one with the C step between the cumsum segments.  The bounds are checked
+   against the computed sums afterwards (a failure would fall back to the plain loop; it cannot happen).
+
+Example:
+    >>> import numpy as np
+    >>> d = np.array([0.5, -1.25, 3.0], np.float32)
+    >>> float(sq_dev_sum(d)) == float(sq_dev_sum_loop(d))
+    True
+"""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+_F32 = np.float32
+_TINY = 2.0 ** -100
+_BLOCK = 256
+_HEAD = 2048  # the first elements get per-element bounds (the running sum grows fastest there)
+
+
+def sq_dev_sum_loop(d: np.ndarray) -> np.float32:
+    """The C loop itself, one element at a time (reference and fallback)."""
+    acc = array("f", [0.0])
+    for v in d.astype(np.float64).tolist():
+        acc[0] = acc[0] + v * v
+    return _F32(acc[0])
+
+
+def _ro24(d: np.ndarray, s32: np.ndarray) -> np.ndarray:
+    """``d*d`` (exact in double) rounded to odd at float precision (``s32`` is its round-to-nearest)."""
+    s = d.astype(np.float64) ** 2
+    inexact = s != s32
+    even = (s32.view(np.int32) & 1) == 0
+    nudge = inexact & even
+    out = s32.copy()
+    if nudge.any():
+        toward = np.where(s[nudge] > s32[nudge], _F32(np.inf), _F32(0.0)).astype(_F32)
+        out[nudge] = np.nextafter(s32[nudge], toward)
+    return out
+
+
+def _flags(s32: np.ndarray, dbits: np.ndarray, lb: np.ndarray, big_t: float = 2.0 ** 21) -> tuple[np.ndarray, np.ndarray]:
+    """(special, candidate) masks for ``s32`` (2-D: blocks x elements, or 1-D) under running-sum lower bounds
+    ``lb`` (broadcast against ``s32``): special = maybe ``s >= acc/4`` or ``acc < 2^-100``; candidate = ``s32`` a
+    multiple of ``2^(e_lo - 24)`` (specials and zeros may be candidates too: the caller sorts them out)."""
+    tiny = lb < _TINY
+    any_tiny = bool(tiny.any())
+    e_lo = np.floor(np.log2(np.where(tiny, 1.0, lb) if any_tiny else lb))
+    scale = np.exp2(24.0 - e_lo).astype(_F32)
+    with np.errstate(over="ignore"):
+        t = s32 * scale
+    special = t >= _F32(big_t)
+    if any_tiny:
+        special |= tiny
+    cand = np.rint(t) == t
+    if np.count_nonzero(cand) > 64:  # many: drop the exact squares here (the caller filters a short list itself)
+        cand &= (dbits & 0xFFF) != 0
+    return special, cand
+
+
+def sq_dev_sum(d: np.ndarray) -> np.float32:
+    """``float acc = 0; for v in d: acc += pow(v, 2)`` (the pow in double), exactly, without a Python loop.
+
+    ``d`` is float32 (llama.cpp's ``logit - mean``).  Non-finite terms propagate as in C (inf, NaN).
+    """
+    d = np.ascontiguousarray(d, dtype=_F32)
+    n = d.size
+    if n == 0:
+        return _F32(0.0)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        s32 = d * d
+    h = min(n, _HEAD)
+    nb = (n - h) // _BLOCK
+    body_end = h + nb * _BLOCK
+    hs = s32[:h].astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bsum = s32[h:body_end].reshape(nb, _BLOCK).sum(axis=1) if nb else np.zeros(0, _F32)
+        ok = np.isfinite(hs.sum()) and np.isfinite(bsum.sum(dtype=np.float64)) and np.isfinite(s32[body_end:]).all()
+    if not ok:  # an inf or NaN term (or a float overflow of a block sum): look closer
+        fin = np.isfinite(s32)
+        if not fin.all():
+            j = int(np.argmin(fin))
+            # acc is then inf (inf + anything finite or inf) unless a NaN term is at or after j
+            return _F32(np.nan) if np.isnan(s32[j:]).any() else _F32(np.inf)
+        bsum = bsum.astype(np.float64) if nb else bsum
+    if s32[0] != 0:
+        first = 0
+    else:
+        nz = s32 != 0
+        if not nz.any():  # every term rounds to 0 from acc = 0 (|d| <= 2^-75)
+            return _F32(0.0)
+        first = int(np.argmax(nz))  # acc = 0 before it, fl32(s) = s32 at it
+    lbf = 1.0 - (n * 2.0 ** -23 + 2.0 ** -12)  # the sequential sum's relative error, plus the block sums'
+    if lbf <= 0.25 or first >= h:
+        return sq_dev_sum_loop(d)
+    dbits = d.view(np.int32)
+    x = s32  # the terms (s32 is ours: modified in place)
+    # lower bounds of acc before each element: per element in the head, per block after it
+    lb_head = np.concatenate(([0.0], np.cumsum(hs)[:-1])) * lbf
+    sp_h, cd_h = _flags(s32[:h], dbits[:h], lb_head)
+    sp_h[: first + 1] = False
+    cd_h[: first + 1] = False
+    specials = [np.flatnonzero(sp_h)]
+    cands = [np.flatnonzero(cd_h)]
+    checks: list[tuple[np.ndarray, np.ndarray]] = [(np.arange(1, h), lb_head[1:])]
+    if h < n:
+        starts = np.arange(h, n, _BLOCK)
+        pre = float(hs.sum())
+        lb_blk = (pre + np.concatenate(([0.0], np.cumsum(bsum, dtype=np.float64)))) * lbf
+        if nb:
+            sp_b, cd_b = _flags(s32[h:body_end].reshape(nb, _BLOCK), dbits[h:body_end].reshape(nb, _BLOCK),
+                                lb_blk[:nb, None])
+            specials.append(np.flatnonzero(sp_b) + h)
+            cands.append(np.flatnonzero(cd_b) + h)
+        if body_end < n:
+            sp_t, cd_t = _flags(s32[body_end:], dbits[body_end:], lb_blk[nb:nb + 1])
+            specials.append(np.flatnonzero(sp_t) + body_end)
+            cands.append(np.flatnonzero(cd_t) + body_end)
+        checks.append((starts, lb_blk[: starts.size]))
+    cand = np.concatenate(cands)
+    # only inexact squares need the odd rounding: d*d is exact in float iff d's 12 low significand bits are 0 (and a
+    # zero term, |d| <= 2^-75, adds nothing to acc >= 2^-100); specials are overwritten by their C step below
+    cand = cand[((dbits[cand] & 0xFFF) != 0) & (s32[cand] != 0)]
+    if cand.size:
+        x[cand] = _ro24(d[cand], s32[cand])
+    sp = np.concatenate(specials)
+    if sp.size > 4096:  # a long subnormal zone (every |d| tiny): the plain loop is cheaper than segments
+        return sq_dev_sum_loop(d)
+    # the running sum: float32 cumsum segments, the special elements stepped one by one as in C
+    acc = array("f", [0.0])
+    pos = 0
+    sp_list = sp.tolist()
+    dv = d[sp].astype(np.float64).tolist() if sp.size else []
+    for j, v in zip(sp_list, dv, strict=True):
+        if j > pos:
+            seg = x[pos:j]
+            seg[0] = _F32(acc[0]) + seg[0]
+            np.cumsum(seg, out=seg)
+            acc[0] = float(seg[-1])
+        acc[0] = acc[0] + v * v
+        x[j] = acc[0]
+        pos = j + 1
+    if pos < n:
+        seg = x[pos:]
+        seg[0] = _F32(acc[0]) + seg[0]
+        with np.errstate(over="ignore"):
+            np.cumsum(seg, out=seg)
+    # the bounds the terms relied on must hold for the sums actually computed (acc is non-decreasing)
+    for idx, lb in checks:
+        if idx.size and not (x[idx - 1].astype(np.float64) >= lb).all():  # pragma: no cover - proven impossible
+            return sq_dev_sum_loop(d)
+    return x[n - 1]

@@ -1,0 +1,164 @@
+"""top-n-sigma in bulk (sampler.nsigma) against llama.cpp's own sampler and the C loop, bit for bit.
+
+The proof that the float32 cumsum formulation equals the C loop has one numeric lemma (no float square is within
+``lsb * 2^-29`` of its float rounding without being equal to it), checked here over all 2^24 significands.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sampler.candidates import Candidates
+from sampler.nsigma import sq_dev_sum, sq_dev_sum_loop
+from sampler.truncation import TopNSigma
+from tests.oracle.llama import Candidates as CCandidates
+from tests.oracle.llama import L
+
+N = 262144
+
+
+def test_no_float_square_sits_next_to_a_float() -> None:
+    """For every 24-bit significand m: m*m rounded to 24 significant bits (RNE) is H * 2^w with remainder L; the
+    double-rounding hazard needs 0 < |L| <= 2^(tz(H) + w - 29). It never happens (and the check is not vacuous: the
+    same scan with a 2^-20 factor finds cases)."""
+    total = loose = 0
+    one = np.uint64(1)
+    for start in range(1 << 12, 1 << 24, 1 << 21):  # m < 2^12: m*m fits in 24 bits, exact
+        m = np.arange(start, min(1 << 24, start + (1 << 21)), dtype=np.uint64)
+        sq = m * m
+        w = (np.floor(np.log2(sq.astype(np.float64))).astype(np.int64) + 1 - 24)
+        # guard the float log2 at powers of two
+        w = np.where((sq >> (w + 23).astype(np.uint64)) == 0, w - 1, w)
+        w = np.where((sq >> (w + 24).astype(np.uint64)) != 0, w + 1, w)
+        keep = w > 0
+        sq, w = sq[keep], w[keep].astype(np.uint64)
+        q = sq >> w
+        rem = sq & ((one << w) - one)
+        half = one << (w - one)
+        h = q + ((rem > half) | ((rem == half) & ((q & one) == one))).astype(np.uint64)
+        low = sq.astype(np.int64) - (h << w).astype(np.int64)
+        carry = h == (one << np.uint64(24))
+        hs = h.astype(np.int64)
+        tz = np.where(carry, 23, np.log2((hs & -hs).astype(np.float64)).astype(np.int64))
+        wi = w.astype(np.int64) + carry
+        mag = np.abs(low).astype(np.float64)
+        total += int(((low != 0) & (mag <= np.exp2((tz + wi - 29).astype(np.float64)))).sum())
+        loose += int(((low != 0) & (mag <= np.exp2((tz + wi - 20).astype(np.float64)))).sum())
+    assert total == 0
+    assert loose > 0
+
+
+def _cases(rng: np.random.Generator):
+    x = (rng.standard_normal(N) * 2.5).astype(np.float32)
+    yield "plain", x
+    yield "ties", (np.round(x * 2) / 2).astype(np.float32)
+    yield "ties-coarse", np.round(x).astype(np.float32)
+    yield "all-equal", np.full(N, 1.5, np.float32)
+    y = x.copy()
+    y[rng.random(N) < 0.9] = -np.inf
+    yield "-inf-90%", y
+    y = np.full(N, -np.inf, np.float32)
+    y[rng.integers(0, N, 7)] = rng.standard_normal(7).astype(np.float32)
+    yield "-inf-all-but-7", y
+    y = (np.round(x * 2) / 2).astype(np.float32)
+    y[::3] = -np.inf
+    yield "ties+-inf", y
+    yield "huge", (x * np.float32(1e18)).astype(np.float32)
+    yield "overflowing", (x * np.float32(3e19)).astype(np.float32)
+    yield "tiny", (x * np.float32(1e-20)).astype(np.float32)
+    yield "subnormal", (x * np.float32(1e-41)).astype(np.float32)
+    y = (x * np.exp2(rng.integers(-40, 40, N))).astype(np.float32)
+    yield "wide-exponents", y
+    y = x.copy()
+    y[12345] = np.float32(3e38)
+    yield "one-huge", y
+    y = x.copy()
+    y[100:110] = np.float32(1e-44)
+    y[200] = np.inf
+    yield "+inf", y
+    yield "sorted", np.sort(x)[::-1].copy()
+
+
+def _c_apply(n_sigma: float, logits: np.ndarray) -> np.ndarray:
+    s = L.llama_sampler_init_top_n_sigma(n_sigma)
+    try:
+        return CCandidates(logits.size).apply(s, logits).logits
+    finally:
+        L.llama_sampler_free(s)
+
+
+def _ours(n_sigma: float, logits: np.ndarray) -> np.ndarray:
+    c = Candidates.from_logits(logits)
+    TopNSigma(n_sigma).apply(c)
+    return c.logits
+
+
+def _std(logits: np.ndarray) -> tuple[np.float32, np.float32]:
+    vals = logits[logits != -np.inf]
+    mean = np.float32(np.cumsum(vals, dtype=np.float32)[-1] / np.float32(vals.size))
+    with np.errstate(all="ignore"):
+        acc = sq_dev_sum(vals - mean)
+        return np.float32(np.sqrt(np.float32(acc / np.float32(vals.size)))), vals.max()
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_top_n_sigma_262144_identical_to_c(seed: int) -> None:
+    """Tie-heavy, -inf-heavy and extreme logits at 262,144 tokens: the same logit bits after llama.cpp's sampler,
+    for fixed n and for an n chosen so that the threshold lands on a logit (sensitive to the last bit of acc)."""
+    rng = np.random.default_rng(seed)
+    compared = 0
+    for name, lg in _cases(rng):
+        ns = [1.0, 0.3, 2.5]
+        std, mx = _std(lg)
+        finite = lg[np.isfinite(lg)]
+        if np.isfinite(std) and std > 0 and finite.size:
+            p = np.float32(np.sort(finite)[finite.size // 3])
+            with np.errstate(all="ignore"):
+                n_at = float(np.float32((mx - p) / std))
+            if np.isfinite(n_at) and n_at > 0:
+                ns += [n_at, float(np.nextafter(np.float32(n_at), np.float32(0))),
+                       float(np.nextafter(np.float32(n_at), np.float32(np.inf)))]
+        for n_sigma in ns:
+            want = _c_apply(n_sigma, lg)
+            got = _ours(n_sigma, lg)
+            assert np.array_equal(want.view(np.uint32), got.view(np.uint32)), (name, n_sigma)
+            compared += 1
+    assert compared >= 60
+
+
+def test_sq_dev_sum_matches_the_c_loop_on_edges() -> None:
+    """The bulk sum against the element-by-element C loop on sizes around the head/block boundaries and on
+    term mixes that exercise every path (zeros first, subnormal zone, outliers, odd rounding, overflow, NaN)."""
+    rng = np.random.default_rng(7)
+    n_cases = 0
+    for n in (1, 2, 3, 255, 2047, 2048, 2049, 2304, 2305, 5000):
+        for kind in range(9):
+            sc = float(10.0 ** rng.uniform(-40, 19))
+            if kind == 0:
+                x = rng.standard_normal(n) * sc
+            elif kind == 1:
+                x = np.round(rng.standard_normal(n) * 4) / 4 * sc
+            elif kind == 2:
+                x = rng.standard_normal(n) * sc * np.exp2(rng.integers(-30, 30, n))
+            elif kind == 3:
+                x = (1 + rng.integers(0, 2 ** 12, n) * 2.0 ** -23) * np.exp2(rng.integers(-5, 5, n))
+            elif kind == 4:
+                x = np.full(n, sc)
+                x[rng.integers(0, n, 3)] *= 1e3
+            elif kind == 5:
+                x = rng.standard_normal(n)
+                x[: n // 2] = 0
+            elif kind == 6:
+                x = rng.standard_normal(n) * 1e-22
+            elif kind == 7:
+                x = rng.standard_normal(n) * 1e19
+            else:
+                x = rng.standard_normal(n)
+                x[n // 2] = np.nan
+            x = x.astype(np.float32)
+            with np.errstate(all="ignore"):
+                a, b = sq_dev_sum(x.copy()), sq_dev_sum_loop(x)
+            assert a.view(np.uint32) == b.view(np.uint32) or (np.isnan(a) and np.isnan(b)), (n, kind, sc)
+            n_cases += 1
+    assert n_cases == 90
