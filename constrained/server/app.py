@@ -199,9 +199,16 @@ def build_app(state: ServerState) -> Starlette:
             busy = s.state != "idle"
             n_idle += not busy
             d: dict[str, Any] = {"id": s.id, "n_ctx": s.n_ctx, "speculative": False, "is_processing": busy}
-            task = s.task
-            if task is not None:
-                d.update({"id_task": task.id, "params": task.params.to_json(state.eog_bias())})
+            task = s.task or s.task_prev
+            if task is not None:          # server_slot::to_json(only_metrics = true)
+                d.update({"id_task": task.id, "n_prompt_tokens": len(s.tokens),
+                          "n_prompt_tokens_processed": s.n_processed if busy else 0,
+                          "n_prompt_tokens_cache": s.n_cached if busy else 0,
+                          "params": task.params.to_json(state.eog_bias(), only_metrics=True),
+                          "next_token": [{"has_next_token": busy, "has_new_line": s.has_new_line if busy else False,
+                                          "n_remain": (task.params.n_predict - s.n_decoded
+                                                       if busy and task.params.n_predict != -1 else -1),
+                                          "n_decoded": s.n_decoded if busy else 0}]})
             arr.append(d)
         if request.query_params.get("fail_on_no_slot") and n_idle == 0:
             return _err(HttpError("no slot available", "unavailable_error"))
@@ -269,7 +276,7 @@ def build_app(state: ServerState) -> Starlette:
         content = ""
         if isinstance(data, dict) and "tokens" in data:
             toks = [int(t) for t in data["tokens"] if isinstance(t, int) and 0 <= t < eng.n_vocab]
-            content = eng.detokenize(toks, False).decode("utf-8", "replace")
+            content = eng.detokenize(toks, True).decode("utf-8", "replace")
         return _resp({"content": content})
 
     async def apply_template(request: Request) -> Response:

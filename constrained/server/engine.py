@@ -6,10 +6,10 @@ then pending prompt tokens up to ``n_batch``), decodes it once, and samples ever
 its own :class:`sampler.Sampler` and grammar matcher (``sample_constrained`` = ``common_sampler_sample``). Queued
 requests wait for a free slot; a cancelled task (a client that went away) frees its slot at the next iteration.
 
-Slot choice, prompt reuse and prompt splitting follow llama-server (:mod:`constrained.slot`), so requests served one
-at a time get the real llama-server's tokens for the same flags. The context keeps a full-size sliding-window cache
-(``swa_full``), which gives the same logits; a checkpoint "restore" is then a cut of the sequence, and the
-sliding-window ``pos_min`` llama-server sees is modelled as the last ``n_swa`` positions.
+Slot choice, prompt reuse, prompt splitting and the sliding-window checkpoints (saved and restored with
+``llama_state_seq_*_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``) follow llama-server (:mod:`constrained.slot`),
+with the same KV cache layout (``swa_full`` as given), so requests served one at a time get the real
+llama-server's tokens for the same flags.
 
 Example:
     >>> eng = Engine(EngineConfig(model_path="model.gguf"))     # doctest: +SKIP
@@ -148,8 +148,8 @@ class _Slot:
         self.checkpoints: list[Checkpoint] = []
         self.t_last_used = -1
         self.task: Task | None = None
+        self.task_prev: Task | None = None
         self.state = "idle"                  # idle | started | prompt | done_prompt | generating | wait_other
-        self.last_task_json: dict[str, Any] | None = None
 
     def reset_gen(self) -> None:
         self.sampler: Sampler | None = None
@@ -208,7 +208,7 @@ class Engine:
         cp.n_threads = nt
         cp.n_threads_batch = ntb
         cp.flash_attn_type = {"on": 1, "off": 0, "auto": -1}.get(cfg.flash_attn, -1)
-        cp.swa_full = True                    # full SWA cache: restoring a checkpoint is a cut of the sequence
+        cp.swa_full = cfg.swa_full            # as llama-server: the cache layout changes the logits
         cp.kv_unified = self.kv_unified
         cp.no_perf = True
         self.ctx = L.llama_init_from_model(self.model, cp)
@@ -376,17 +376,16 @@ class Engine:
             if task.cancelled:
                 continue
             group = [task, *task.children]
-            taken: set[int] = set()
-            chosen: list[_Slot] = []
-            for t in group:
-                s = self._pick_slot(t, taken)
-                if s is None:
-                    break
-                taken.add(s.id)
-                chosen.append(s)
-            if len(chosen) < len(group):
+            parent = self._pick_slot(task, set())
+            if parent is None:
                 still.append(task)
                 continue
+            # get_free_slots: the children take the first free slots by id, the parent's excluded
+            kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
+            if len(kids) < len(task.children):
+                still.append(task)
+                continue
+            chosen = [parent, *kids]
             for t, s in zip(group, chosen, strict=True):
                 self._launch(s, t)
         self._deferred = still
@@ -416,7 +415,11 @@ class Engine:
 
     def _release(self, slot: _Slot) -> None:
         if slot.task is not None:
-            slot.last_task_json = {"id_task": slot.task.id, "n_prompt_tokens": len(slot.task.tokens)}
+            slot.task_prev = slot.task
+            if slot.task.parent is not None:      # a child keeps no context: the parent's is enough
+                slot.tokens = []
+                slot.checkpoints = []
+                L.llama_memory_seq_rm(self.mem, slot.id, -1, -1)
         slot.task = None
         slot.state = "idle"
         self._tick += 1
@@ -454,10 +457,11 @@ class Engine:
             end = min(next_batch_end(start, n_prompt, n_batch=self.n_batch, n_ubatch=self.n_ubatch,
                                      checkpoints=self.checkpoints_on), start + self.n_batch - n)
             if self.checkpoints_on:
-                pmin = _pos_min(start, self.n_swa)
+                pmin = int(L.llama_memory_seq_pos_min(self.mem, s.id))
                 if checkpoint_decision(s.checkpoints, start, end, n_prompt, n_ubatch=self.n_ubatch, pos_min=pmin,
                                        min_step=self.cfg.checkpoint_min_step):
-                    add_checkpoint(s.checkpoints, Checkpoint(start, pmin, start - 1, s.task.id),
+                    pmax = int(L.llama_memory_seq_pos_max(self.mem, s.id))
+                    add_checkpoint(s.checkpoints, Checkpoint(start, pmin, pmax, s.task.id, self._state_get(s.id)),
                                    max_checkpoints=self.cfg.ctx_checkpoints, min_step=self.cfg.checkpoint_min_step)
             for i in range(start, end):
                 n = self._add(n, s.task.tokens[i], i, s.id, False)
@@ -493,7 +497,7 @@ class Engine:
                     L.llama_memory_seq_rm(self.mem, cs.id, -1, -1)
                     L.llama_memory_seq_cp(self.mem, s.id, cs.id, -1, -1)
                     cs.tokens = list(s.tokens)
-                    cs.checkpoints = [Checkpoint(cp.n_tokens, cp.pos_min, cp.pos_max, cp.task_id)
+                    cs.checkpoints = [Checkpoint(cp.n_tokens, cp.pos_min, cp.pos_max, cp.task_id, cp.data)
                                       for cp in s.checkpoints]
                     cs.n_cached, cs.n_processed = s.n_cached, s.n_processed
                     cs.t_start, cs.t_prompt_done = s.t_start, t1
@@ -506,6 +510,22 @@ class Engine:
             if s.task is None or s.state != "generating":
                 continue
             self._sample(s, row, t1 - t0)
+
+    def _state_get(self, seq: int) -> bytes:
+        """The sliding-window part of a sequence (``update_tgt`` with ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``)."""
+        flags = L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = L.llama_state_seq_get_size_ext(self.ctx, seq, flags)
+        buf = (ctypes.c_uint8 * size)()
+        n = L.llama_state_seq_get_data_ext(self.ctx, buf, size, seq, flags)
+        if n != size:
+            raise ConstrainedError(f"checkpoint size mismatch: expected {size}, got {n}")
+        return bytes(buf)
+
+    def _state_set(self, seq: int, data: bytes) -> None:
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        n = L.llama_state_seq_set_data_ext(self.ctx, buf, len(data), seq, L.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)
+        if n != len(data):
+            raise ConstrainedError(f"checkpoint restore failed: {n} of {len(data)} bytes")
 
     def _add(self, n: int, tok: int, pos: int, seq: int, logits: bool) -> int:
         b = self.batch
@@ -531,8 +551,10 @@ class Engine:
             self._release(s)
             return False
         n_swa = self.n_swa if self.checkpoints_on else 0
-        n_past, _ = plan_reuse(s.tokens, task.tokens, s.checkpoints, cache_prompt=task.params.cache_prompt,
-                               n_swa=n_swa, pos_min=_pos_min(len(s.tokens), n_swa))
+        n_past, restore = plan_reuse(s.tokens, task.tokens, s.checkpoints, cache_prompt=task.params.cache_prompt,
+                                     n_swa=n_swa, pos_min=int(L.llama_memory_seq_pos_min(self.mem, s.id)))
+        if restore is not None and restore.data is not None:
+            self._state_set(s.id, restore.data)
         del s.tokens[n_past:]
         L.llama_memory_seq_rm(self.mem, s.id, n_past, -1)
         s.n_cached = n_past
@@ -692,14 +714,6 @@ class _ModelHolder:
         self._model = _M()
         self.model_path = path
         self._engine = eng
-
-
-def _pos_min(n_cached: int, n_swa: int) -> int:
-    """The lowest position the sliding-window cache still holds for a sequence of ``n_cached`` tokens (-1: empty);
-    a model of ``llama_memory_seq_pos_min`` with a window of ``n_swa`` (0: no window, everything is kept)."""
-    if n_cached <= 0:
-        return -1
-    return 0 if n_swa <= 0 or n_cached <= n_swa else n_cached - n_swa
 
 
 def _valid_utf8_len(b: bytes | bytearray) -> int:

@@ -1,0 +1,1 @@
+"""Running llama-server's own pytest suite (and our tests) against ``constrained serve``."""

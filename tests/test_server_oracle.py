@@ -1,0 +1,201 @@
+"""``constrained serve`` against the real llama-server: the same requests, in the same order, to both servers started
+with the same flags; the bodies must be identical apart from ids, timestamps and timings.
+
+Both servers start fresh, so their slots hold the same prompts at every request (slot choice, prompt reuse and the
+checkpoint split all matter for the tokens). The real server runs with ``--cache-ram 0``: its RAM prompt cache
+(restoring a slot's earlier prompt from host memory) is not reproduced (CHANGELOG, deviations).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.oracle.llama_server import LlamaServer
+from tests.server_support import events, normalize, ours, raw
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+LONG = "word " * 1100
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+CHAT = [{"role": "system", "content": "You answer briefly."}, {"role": "user", "content": "Name a colour."}]
+
+# (id, method, path, body); a body of bytes is sent as is
+COMMON: list[tuple[str, str, str, object]] = [
+    ("health", "GET", "/health", None),
+    ("cmpl-greedy", "POST", "/completion", {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0}),
+    ("cmpl-same-prompt-cached", "POST", "/completion",
+     {"prompt": "The capital of France is", "n_predict": 8, "temperature": 0}),
+    ("cmpl-seed", "POST", "/completion", {"prompt": "Once upon a time", "n_predict": 12, "seed": 42}),
+    ("cmpl-json-schema", "POST", "/completion",
+     {"prompt": "Alice is 31 years old. As JSON: ", "json_schema": SCHEMA, "n_predict": 40, "seed": 3}),
+    ("cmpl-json-schema-empty", "POST", "/completion",
+     {"prompt": "JSON: ", "json_schema": {}, "n_predict": 12, "temperature": 0}),
+    ("cmpl-grammar", "POST", "/completion",
+     {"prompt": "Is the sky blue? Answer: ", "grammar": 'root ::= "yes" | "no"', "n_predict": 8, "seed": 1}),
+    ("cmpl-n-probs", "POST", "/completion", {"prompt": "Hello", "n_predict": 4, "n_probs": 3, "seed": 5}),
+    ("cmpl-post-sampling-probs", "POST", "/completion",
+     {"prompt": "Hello", "n_predict": 4, "n_probs": 3, "post_sampling_probs": True, "seed": 5}),
+    ("cmpl-stop", "POST", "/completion",
+     {"prompt": "1, 2, 3, 4,", "n_predict": 16, "stop": [" 7"], "temperature": 0}),
+    ("cmpl-stop-probs", "POST", "/completion",
+     {"prompt": "1, 2, 3, 4,", "n_predict": 16, "stop": [" 7"], "temperature": 0, "n_probs": 1}),
+    ("cmpl-return-tokens", "POST", "/completion",
+     {"prompt": "Red, green,", "n_predict": 5, "return_tokens": True, "seed": 9}),
+    ("cmpl-n2", "POST", "/completion", {"prompt": "My dog", "n_predict": 6, "n": 2, "seed": 11}),
+    ("cmpl-token-prompt", "POST", "/completion", {"prompt": [2, 9259, 1902], "n_predict": 4, "temperature": 0}),
+    ("cmpl-two-prompts", "POST", "/completion", {"prompt": ["Cats", "Dogs"], "n_predict": 3, "temperature": 0}),
+    ("cmpl-response-fields", "POST", "/completion",
+     {"prompt": "Hi", "n_predict": 2, "temperature": 0, "response_fields": ["content", "generation_settings/n_predict"]}),
+    ("cmpl-ignore-eos", "POST", "/completion", {"prompt": "Bye", "n_predict": 3, "ignore_eos": True, "seed": 2}),
+    ("cmpl-logit-bias", "POST", "/completion",
+     {"prompt": "The sky is", "n_predict": 4, "logit_bias": [[" blue", -100], [1902, False]], "temperature": 0}),
+    ("cmpl-samplers", "POST", "/completion",
+     {"prompt": "Pick a number:", "n_predict": 5, "samplers": "kt", "top_k": 5, "seed": 8,
+      "repeat_penalty": 1.3, "presence_penalty": 0.4}),
+    ("cmpl-no-cache", "POST", "/completion",
+     {"prompt": "The capital of France is", "n_predict": 4, "cache_prompt": False, "temperature": 0}),
+    ("cmpl-stream", "POST", "/completion", {"prompt": "Tell me", "n_predict": 6, "stream": True, "seed": 4}),
+    ("cmpl-stream-probs", "POST", "/completion",
+     {"prompt": "Tell me", "n_predict": 4, "stream": True, "n_probs": 2, "seed": 4}),
+    ("cmpl-stream-stop", "POST", "/completion",
+     {"prompt": "1, 2, 3, 4,", "n_predict": 16, "stop": [" 7"], "temperature": 0, "stream": True}),
+    ("oai-cmpl", "POST", "/v1/completions", {"prompt": "The moon", "max_tokens": 5, "seed": 6}),
+    ("oai-cmpl-logprobs", "POST", "/v1/completions", {"prompt": "The moon", "max_tokens": 3, "logprobs": 2,
+                                                      "seed": 6}),
+    ("oai-cmpl-stream", "POST", "/v1/completions", {"prompt": "The sun", "max_tokens": 4, "stream": True,
+                                                    "seed": 6}),
+    ("chat", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "temperature": 0}),
+    ("chat-seed", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "seed": 42}),
+    ("chat-json-object", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 16, "seed": 1, "response_format": {"type": "json_object"}}),
+    ("chat-json-schema", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Alice is 31. JSON please."}], "max_tokens": 30, "seed": 1,
+      "response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}}),
+    ("chat-grammar", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 6, "grammar": 'root ::= "red" | "blue"', "seed": 1}),
+    ("chat-stream-usage", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 5, "stream": True, "stream_options": {"include_usage": True}, "seed": 3}),
+    ("chat-logprobs", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 3, "logprobs": True, "top_logprobs": 2, "temperature": 0}),
+    ("chat-stream-logprobs", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 3, "logprobs": True, "top_logprobs": 2, "temperature": 0, "stream": True}),
+    ("chat-n2", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 4, "n": 2, "seed": 7}),
+    ("chat-stop", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 12, "stop": "e",
+                                                   "temperature": 0}),
+    ("chat-prefill", "POST", "/v1/chat/completions",
+     {"messages": [*CHAT, {"role": "assistant", "content": "My favourite colour is"}], "max_tokens": 4,
+      "temperature": 0}),
+    ("tokenize", "POST", "/tokenize", {"content": "Hello world <bos>", "with_pieces": True}),
+    ("tokenize-special", "POST", "/tokenize", {"content": "Hello", "add_special": True}),
+    ("detokenize", "POST", "/detokenize", {"tokens": [2, 9259, 1902]}),
+    ("apply-template", "POST", "/apply-template", {"messages": CHAT}),
+    # bad input: llama-server's status and message, then the next request is answered
+    ("bad-grammar", "POST", "/completion", {"prompt": "x", "grammar": "root ::= ("}),
+    ("bad-type", "POST", "/completion", {"prompt": "x", "top_k": "a"}),
+    ("bad-no-prompt", "POST", "/completion", {"n_predict": 1}),
+    ("bad-n-predict", "POST", "/completion", {"prompt": "x", "n_predict": -2}),
+    ("bad-n", "POST", "/completion", {"prompt": "x", "n": 9}),
+    ("bad-schema", "POST", "/completion", {"prompt": "x", "json_schema": {"type": 123}}),
+    ("bad-breakers", "POST", "/completion", {"prompt": "x", "dry_sequence_breakers": []}),
+    ("bad-too-long", "POST", "/completion", {"prompt": LONG, "n_predict": 1}),
+    ("bad-too-long-stream", "POST", "/completion", {"prompt": LONG, "n_predict": 1, "stream": True}),
+    ("bad-path", "GET", "/nope", None),
+    ("bad-chat-format", "POST", "/v1/chat/completions", {"messages": CHAT, "response_format": {"type": "sound"}}),
+    ("bad-chat-no-messages", "POST", "/v1/chat/completions", {"max_tokens": 1}),
+    ("bad-chat-messages-type", "POST", "/v1/chat/completions", {"messages": "hi"}),
+    ("bad-chat-no-content", "POST", "/v1/chat/completions", {"messages": [{"role": "user"}]}),
+    ("bad-chat-two-assistants", "POST", "/v1/chat/completions",
+     {"messages": [CHAT[1], {"role": "assistant", "content": "a"}, {"role": "assistant", "content": "b"}]}),
+    ("bad-chat-schema-and-grammar", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "json_schema": {"type": "string"}, "grammar": "root ::= \"a\""}),
+    ("bad-chat-top-logprobs", "POST", "/v1/chat/completions", {"messages": CHAT, "top_logprobs": 2}),
+    ("bad-chat-schema", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "response_format": {"type": "json_object", "schema": {"type": "hiccup"}}}),
+    ("after-errors", "POST", "/completion", {"prompt": "Still alive?", "n_predict": 3, "temperature": 0}),
+    ("slots", "GET", "/slots", None),
+]
+
+NO_JINJA_ONLY: list[tuple[str, str, str, object]] = [
+    ("bad-chat-tools-no-jinja", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}),
+]
+
+JINJA: list[tuple[str, str, str, object]] = [
+    ("chat", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 8, "temperature": 0}),
+    ("chat-stream", "POST", "/v1/chat/completions", {"messages": CHAT, "max_tokens": 6, "stream": True, "seed": 2}),
+    ("apply-template", "POST", "/apply-template", {"messages": CHAT}),
+    ("apply-template-prefill", "POST", "/apply-template",
+     {"messages": [*CHAT, {"role": "assistant", "content": "Blue"}]}),
+    ("cmpl", "POST", "/completion", {"prompt": "Hello", "n_predict": 4, "seed": 1}),
+]
+
+# the comparison is status + error type only: nlohmann's parse-error texts are not reproduced (CHANGELOG)
+STATUS_ONLY: list[tuple[str, str, str, object]] = [
+    ("bad-json", "POST", "/completion", b"{bad"),
+]
+
+FLAGS = ["-c", "1024", "-t", "1", "--slots"]
+
+
+def _body(payload: bytes, headers: dict[str, str]) -> object:
+    if headers.get("content-type", "").startswith("text/event-stream"):
+        return events(payload)
+    try:
+        return json.loads(payload)
+    except ValueError:
+        return payload.decode("utf-8", "replace")
+
+
+def _run_pair(model: str, extra: list[str], cases: list[tuple[str, str, str, object]]) -> dict[str, tuple]:
+    args = ["-m", model, *FLAGS, *extra]
+    out: dict[str, list] = {}
+    with LlamaServer([*args, "--cache-ram", "0"]) as real:
+        out["real"] = [raw(real, m, p, b) for _, m, p, b in cases]
+    with ours(args) as us:
+        out["ours"] = [raw(us, m, p, b) for _, m, p, b in cases]
+    return {cid: (out["real"][i], out["ours"][i]) for i, (cid, _, _, _) in enumerate(cases)}
+
+
+@pytest.fixture(scope="module")
+def no_jinja(default_model_path: str) -> dict[str, tuple]:
+    return _run_pair(default_model_path, ["--no-jinja"], COMMON + NO_JINJA_ONLY + STATUS_ONLY)
+
+
+@pytest.fixture(scope="module")
+def jinja(default_model_path: str) -> dict[str, tuple]:
+    return _run_pair(default_model_path, ["--jinja"], JINJA)
+
+
+def _compare(pair: tuple) -> None:
+    (s1, h1, b1), (s2, h2, b2) = pair
+    real, us = normalize(_body(b1, h1)), normalize(_body(b2, h2))
+    assert (s2, us) == (s1, real)
+
+
+@pytest.mark.parametrize("case", [c[0] for c in COMMON + NO_JINJA_ONLY])
+def test_same_as_llama_server_no_jinja(no_jinja: dict[str, tuple], case: str) -> None:
+    _compare(no_jinja[case])
+
+
+@pytest.mark.parametrize("case", [c[0] for c in JINJA])
+def test_same_as_llama_server_jinja(jinja: dict[str, tuple], case: str) -> None:
+    _compare(jinja[case])
+
+
+@pytest.mark.parametrize("case", [c[0] for c in STATUS_ONLY])
+def test_same_status_as_llama_server(no_jinja: dict[str, tuple], case: str) -> None:
+    (s1, h1, b1), (s2, h2, b2) = no_jinja[case]
+    assert s2 == s1
+    assert json.loads(b2)["error"]["type"] == json.loads(b1)["error"]["type"]
+
+
+def test_headers_as_llama_server(no_jinja: dict[str, tuple]) -> None:
+    (s1, h1, _), (s2, h2, _) = no_jinja["cmpl-greedy"]
+    for k in ("server", "content-type"):
+        assert h2.get(k) == h1.get(k)
+    (s1, h1, _), (s2, h2, _) = no_jinja["cmpl-stream"]
+    assert h2.get("content-type", "").split(";")[0] == h1.get("content-type", "").split(";")[0]
