@@ -26,11 +26,11 @@ LAYERS: dict[str, int] = {
     "constrained.grammar": 2,         # the engine; Grammar.from_json_schema uses the front end below it
     "constrained.validation": 3,
     "constrained.chat": 3,
+    "constrained.constraint": 3,      # one sequence under a grammar, shared by the engine integrations (hf, vllm...)
     "constrained.flags": 3,
     "constrained.slot": 3,            # llama-server's slot bookkeeping: prefix reuse, prompt batches, checkpoints           # llama-server's command line -> load, sampling and server settings
     "constrained.llama": 4,
     "constrained.hf": 4,
-    "constrained.constraint": 4,      # one sequence under a grammar, for the engine integrations below
     "constrained.llama_processor": 4,
     "constrained.vllm": 4,
     "constrained.server": 5,
