@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
+from operator import itemgetter
 
 
 class ElementType(IntEnum):
@@ -58,6 +59,14 @@ TEXT_TOKEN_NOT = 101
 
 # ---------------------------------------------------------------------------------------------- analyses
 
+def _plain(rule: Sequence[Element]) -> bool:
+    """A rule without references or alternatives (checked at C speed: a long literal costs no Python loop)."""
+    if not rule:
+        return True
+    kinds = set(map(itemgetter(0), rule))
+    return int(ElementType.RULE_REF) not in kinds and int(ElementType.ALT) not in kinds
+
+
 def _leftmost_edges(rules: Sequence[Sequence[Element]],
                     may_be_empty: Sequence[bool]) -> list[list[tuple[int, bool]]]:
     """For each rule, the rules its alternatives can start with: the leftmost reference, and the next one as
@@ -68,6 +77,9 @@ def _leftmost_edges(rules: Sequence[Sequence[Element]],
     ref, end, alt = int(ElementType.RULE_REF), int(ElementType.END), int(ElementType.ALT)
     for rule in rules:
         edges: list[tuple[int, bool]] = []
+        if _plain(rule):
+            graph.append(edges)
+            continue
         recurse = True
         for i, (kind, value) in enumerate(rule):
             if kind == ref and recurse:
@@ -156,6 +168,9 @@ def _literally_empty(rules: Sequence[Sequence[Element]]) -> list[bool]:
     end, alt = int(ElementType.END), int(ElementType.ALT)
     out = []
     for rule in rules:
+        if _plain(rule):
+            out.append(not rule or rule[0][0] == end)
+            continue
         at_start, empty = True, False
         for kind, _ in rule:
             if kind == end or kind == alt:
@@ -199,6 +214,11 @@ def nullable_rules(rules: Sequence[Sequence[Element]]) -> list[bool]:
     users: dict[int, list[int]] = {}   # rule -> candidate alternatives referring to it (once per reference)
     todo: list[int] = []
     for r, rule in enumerate(rules):
+        if _plain(rule):
+            if (not rule or rule[0][0] == end) and not nullable[r]:
+                nullable[r] = True
+                todo.append(r)
+            continue
         refs: list[int] = []
         terminal = False
         for kind, value in rule:

@@ -30,11 +30,13 @@ Example:
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from .stacks import TOKEN, GrammarRules, Stack, Stacks
+from ..errors import GrammarLimitError
+from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks
 from .tokenindex import TokenTable
 
 _ALL = None   # "every row of the table" at depth 0
@@ -105,13 +107,186 @@ def _ascending(parts: list[np.ndarray], n: int) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))] if len(a) else a
 
 
-def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None) -> np.ndarray:
+@dataclass(frozen=True)
+class MatcherLimits:
+    """Work bounds of the matcher: past them a :class:`~constrained.errors.GrammarLimitError` says which bound and
+    how to raise it, instead of minutes of work.
+
+    Work is counted in *row steps*: one candidate token looked at by one stack at one code point, plus a constant
+    per (stack, depth) visit: the unit of ``llama_grammar_reject_candidates``, so a bound here is a bound on what
+    llama.cpp's own walk would do. Set it on a compiled grammar with ``matcher.compiled.limits = MatcherLimits(...)``.
+
+    >>> MatcherLimits().max_mask_work >= 100_000_000
+    True
+    """
+
+    max_mask_work: int = 500_000_000     # row steps per mask (llama.cpp does ~10 ns of work per row step)
+    max_stacks: int = 65_536             # stacks alive in one state (llama.cpp: 246 s to accept into 196,608)
+
+
+DEFAULT_MATCHER_LIMITS = MatcherLimits()
+
+VISIT_COST = 1000
+"""Row steps charged per (stack, depth) visit on top of its rows: the fixed cost of a few numpy calls."""
+
+
+class WorkBudget:
+    """A counter of row steps that raises :class:`GrammarLimitError` when ``limit`` is spent."""
+
+    __slots__ = ("left", "limit", "spent_total")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.left = limit
+        self.spent_total = 0
+
+    def spend(self, k: int) -> None:
+        self.left -= k
+        if self.left < 0:
+            self.spent_total = self.limit - self.left
+            raise GrammarLimitError(
+                f"computing the token mask needs more than MatcherLimits.max_mask_work = {self.limit:,} row steps "
+                "(many live parse stacks or an ambiguous grammar); raise it with "
+                "`matcher.compiled.limits = MatcherLimits(max_mask_work=...)`")
+
+    @property
+    def spent(self) -> int:
+        return self.limit - self.left
+
+
+def _first_rows_cached(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
+    """:func:`_first_rows`, memoised per table and class (bounded to ~32 MB of row indices per table)."""
+    positive, items, _ = g.classes[p]
+    cache = t.__dict__.setdefault("_first_cache", {})
+    key = (positive, items)
+    r = cache.get(key)
+    if r is None:
+        r = _first_rows(g, p, t)
+        held = t.__dict__.get("_first_held", 0) + len(r) + 64
+        if held > (4 << 20):
+            cache.clear()
+            held = len(r) + 64
+        t.__dict__["_first_held"] = held
+        cache[key] = r
+    return r
+
+
+def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,
+         work: WorkBudget | None = None, seed: np.ndarray | None = None) -> np.ndarray:
     """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``).
 
+    llama.cpp's own order, vectorised: the stacks are tried one after the other and each sees only the candidates
+    the previous ones rejected; under a stack, the candidates matching its top go on together (one index array)
+    through the stacks it leads to, and so on down the code points. A candidate is dropped as soon as one stack
+    accepts it, so the work never exceeds llama.cpp's (``work`` counts it and raises past its limit).
+
     With ``pops`` given, a stack reduced to the sentinel ``(g.bottom,)`` is not looked into: the rows that reach it
-    and their depth are appended to ``pops`` as ``(rows, depth)``. Rows are positions in ``t`` (see
-    :func:`by_id`).
+    (not known to be accepted) and their depth are appended to ``pops`` as ``(rows, depth)``, and they count as
+    rejected for the walk (a later stack may still accept them). Rows are positions in ``t`` (see :func:`by_id`).
+    ``seed`` (bool over rows) marks rows already known to be accepted: they are not walked again.
     """
+    n = t.n
+    if work is None:
+        work = WorkBudget(DEFAULT_MATCHER_LIMITS.max_mask_work)
+    need = 2 * len(t.longer) + 200
+    if sys.getrecursionlimit() < need + 800:       # the walk recurses once per code point of the longest token
+        sys.setrecursionlimit(need + 800)
+    acc = np.zeros(n, dtype=bool) if seed is None else np.array(seed, dtype=bool)
+    k0 = int(t.longer[0]) if len(t.longer) else 0   # rows k0.. have no code points
+    rem_t, val_t = t.rem[k0:], t.val[k0:]
+    none_left = rem_t == 0
+    types, values, bottom = g.types, g.values, g.bottom
+    for s in stacks:
+        work.spend(VISIT_COST)
+        if not s:      # an empty stack rejects every candidate with something left
+            acc[k0:] |= none_left
+            continue
+        top = s[-1]
+        ty = types[top]
+        if top == bottom:
+            acc[k0:] |= none_left
+            if pops is not None:
+                pops.append((np.flatnonzero(~acc), 0))
+            continue
+        if ty == TOKEN or ty == TOKEN_NOT:        # decided by id (llama_grammar_match_token)
+            acc[k0:] |= none_left
+            ids = t.ids[:k0]
+            acc[:k0] |= (ids == values[top]) if ty == TOKEN else (ids != values[top])
+            work.spend(n)
+            continue
+        acc[k0:] |= none_left | _partial_match(g, top, val_t, rem_t)
+        matched = _first_rows_cached(g, top, t)
+        matched = matched[~acc[matched]]
+        if len(matched):
+            sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
+            acc[matched[sub]] = True
+    return acc
+
+
+def _acc_stacks(g: GrammarRules, t: TokenTable, stacks: Stacks, rows: np.ndarray, d: int, pops: list | None,
+                work: WorkBudget) -> np.ndarray:
+    """``llama_grammar_reject_candidates`` at code point depth ``d``, as a bool over ``rows`` (True = accepted)."""
+    out: np.ndarray | None = None
+    idx = None
+    cur = rows
+    for s in stacks:
+        a = _acc_stack(g, t, s, cur, d, pops, work)
+        if out is None:
+            out = a
+            if len(stacks) == 1:
+                return out
+            idx = np.flatnonzero(~a)
+            cur = rows[idx]
+        else:
+            out[idx[a]] = True
+            keep = ~a
+            idx = idx[keep]
+            cur = cur[keep]
+        if not len(cur):
+            break
+    return out if out is not None else np.zeros(len(rows), dtype=bool)
+
+
+def _acc_stack(g: GrammarRules, t: TokenTable, s: Stack, rows: np.ndarray, d: int, pops: list | None,
+               work: WorkBudget) -> np.ndarray:
+    """``llama_grammar_reject_candidates_for_stack`` at depth ``d``, as a bool over ``rows`` (True = accepted).
+
+    ``rows`` ascending, so their lengths (all >= d) are non-increasing and the ended ones are a tail."""
+    m = len(rows)
+    work.spend(m + VISIT_COST)
+    k = int(np.searchsorted(rows, t.longer[d])) if d < len(t.longer) else m
+    a = np.zeros(m, dtype=bool)
+    types = g.types
+    top = s[-1] if s else -1
+    if k < m:                                     # candidates with no code points left
+        e = rows[k:]
+        rem = t.rem[e]
+        if s and top != g.bottom and types[top] != TOKEN and types[top] != TOKEN_NOT:
+            a[k:] = (rem == 0) | _partial_match(g, top, t.val[e], rem)
+        else:
+            a[k:] = rem == 0
+    if not s or k == 0:
+        return a
+    if top == g.bottom:
+        if pops is not None:
+            pops.append((rows[~a], d))
+        return a
+    ty = types[top]
+    cont = rows[:k]
+    if ty == TOKEN or ty == TOKEN_NOT:
+        ids = t.ids[cont]
+        a[:k] = (ids == g.values[top]) if ty == TOKEN else (ids != g.values[top])
+        return a
+    hit = np.flatnonzero(_class_match(g, top, t.col(d)[cont]))
+    if len(hit):
+        sub = _acc_stacks(g, t, g.next_stacks(s), cont[hit], d + 1, pops, work)
+        a[hit[sub]] = True
+    return a
+
+
+def walk_bfs(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None) -> np.ndarray:
+    """The breadth-first walk (every distinct stack at each depth once, candidates never dropped early): kept as an
+    independent check of :func:`walk` in the tests; it is exponential where many stacks are live."""
     n = t.n
     acc = np.zeros(n, dtype=bool)
     frontier: dict[Stack, list] = {}
@@ -191,10 +366,10 @@ class LocalInfo:
     unc_bits: np.ndarray          # packed bool over token ids: the ids in ``unc_ids``
 
 
-def local_info(g: GrammarRules, t: TokenTable, suffix: Stack) -> LocalInfo:
+def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget | None = None) -> LocalInfo:
     """Walk the table from the stack ``(sentinel, *suffix)`` (the XGrammar-style per-position precomputation)."""
     pops: list = []
-    acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops)
+    acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops, work=work)
     # a pop with nothing left and no pending sequence is accepted by any stack below
     rows_l, depth_l = [], []
     for rows, depth in pops:

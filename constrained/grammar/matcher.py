@@ -26,15 +26,20 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ConstrainedError
 from ..vocab import Vocabulary
 from .ir import ParsedGrammar
-from .mask import LocalInfo, by_id, local_info, walk
+from .mask import DEFAULT_MATCHER_LIMITS, VISIT_COST, LocalInfo, MatcherLimits, WorkBudget, by_id, local_info, walk
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
 from .tokenindex import apply_view, decode_utf8, vocab_index
 
-__all__ = ["CompiledGrammar", "GrammarMatcher", "compile_grammar"]
+__all__ = ["CompiledGrammar", "GrammarMatcher", "MatcherLimits", "TokenIdError", "compile_grammar"]
 
 _NO_PARTIAL: Partial = (0, 0)
+
+
+class TokenIdError(ConstrainedError, ValueError, TypeError):
+    """A token id that is not an integer (a float, a string, bytes...) or is outside the vocabulary."""
 
 
 def _norm(value: int, n_remain: int) -> Partial:
@@ -42,11 +47,13 @@ def _norm(value: int, n_remain: int) -> Partial:
 
 
 class _LRU(OrderedDict):
-    """A small thread-safe LRU mapping."""
+    """A small thread-safe LRU mapping, bounded by the total ``cost`` of its values (1 each by default)."""
 
     def __init__(self, size: int) -> None:
         super().__init__()
         self.size = size
+        self.held = 0
+        self.costs: dict[Any, int] = {}
         self.lock = threading.Lock()
 
     def get_lru(self, key: Any) -> Any:
@@ -56,15 +63,32 @@ class _LRU(OrderedDict):
                 self.move_to_end(key)
             return v
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: Any, value: Any, cost: int = 1) -> None:
         with self.lock:
+            if key in self:
+                self.held -= self.costs.pop(key, 1)
+                del self[key]
             self[key] = value
-            if len(self) > self.size:
-                self.popitem(last=False)
+            self.costs[key] = cost
+            self.held += cost
+            while self.held > self.size and len(self) > 1:
+                k, _ = self.popitem(last=False)
+                self.held -= self.costs.pop(k, 1)
+
+    def clear(self) -> None:
+        with self.lock:
+            super().clear()
+            self.costs.clear()
+            self.held = 0
 
 
 _SERIAL = itertools.count()
 _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
+_LOCAL_BYTES = 32 << 20             # per compiled grammar: its per-suffix walks (the shared cache holds more)
+_TOKEN_TOP_BYTES = 8 << 20          # per compiled grammar: masks of token-topped stacks
+_MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
+_MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer rest of stack
+_NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
 
 
 def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:
@@ -73,14 +97,23 @@ def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:
         caches = getattr(index, "matcher_caches", None)
         if caches is None:
             caches = index.matcher_caches = (_LRU(max(16, _MASK_CACHE_BYTES // max(index.n_vocab, 1))),
-                                             _LRU(8192))
+                                             _LRU(8 << 20))
         return caches
+
+
+def _info_bytes(li: LocalInfo) -> int:
+    n = li.bits.nbytes + li.unc_ids.nbytes + li.unc_bits.nbytes + 256
+    if li.keys is not None:
+        n += 3 * (li.keys.ids.nbytes + li.keys.start.nbytes + li.keys.length.nbytes)   # rows, columns, index
+    return n
 
 
 class CompiledGrammar:
     """A grammar bound to a vocabulary: the stack machine plus the mask caches, shared by its matchers.
 
-    Build it with :func:`compile_grammar`. ``precompute()`` fills the per-position caches eagerly.
+    Build it with :func:`compile_grammar`. ``precompute()`` fills the per-position caches eagerly. Every cache is
+    bounded (bytes or stack positions); ``limits`` (:class:`~constrained.grammar.mask.MatcherLimits`) bounds the
+    work of one mask and the stacks of one state.
     """
 
     def __init__(self, parsed: ParsedGrammar, vocab: Vocabulary) -> None:
@@ -89,48 +122,74 @@ class CompiledGrammar:
         self.index = vocab_index(vocab)
         self.n_vocab = self.index.n_vocab
         self.rules = GrammarRules(parsed)
+        self._limits = DEFAULT_MATCHER_LIMITS
         self.initial_stacks: Stacks = self.rules.initial_stacks()
-        self._local: dict[Stack, LocalInfo] = {}
-        self._token_top: dict[int, np.ndarray] = {}
+        self._local = _LRU(_LOCAL_BYTES)
+        self._token_top = _LRU(_TOKEN_TOP_BYTES)
         self._empty: np.ndarray | None = None
         self._serial = next(_SERIAL)
         self._masks, self._unc = _vocab_caches(self.index)
+
+    @property
+    def limits(self) -> MatcherLimits:
+        """The work bounds of this grammar's matchers (set a new :class:`MatcherLimits` to raise them)."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, value: MatcherLimits) -> None:
+        if not isinstance(value, MatcherLimits):
+            raise TypeError(f"expected MatcherLimits, got {type(value).__name__}")
+        self._limits = value
+        self.rules.max_stacks = value.max_stacks
 
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the grammar."""
         return GrammarMatcher(self)
 
+    def cache_stats(self) -> dict[str, Any]:
+        """Sizes of every cache this grammar uses (entries, held bytes or positions, bounds)."""
+        return {"local": {"entries": len(self._local), "bytes": self._local.held, "budget": self._local.size},
+                "token_top": {"entries": len(self._token_top), "bytes": self._token_top.held},
+                "shared_local": {"entries": len(self.index.shared_local), "bytes": self.index.shared_local_held,
+                                 "budget": self.index.shared_local_bytes},
+                "state_masks": {"entries": len(self._masks), "budget": self._masks.size},
+                "uncertain": {"entries": len(self._unc), "cost": self._unc.held, "budget": self._unc.size},
+                **self.rules.memo_stats()}
+
     # ---- per-position caches -------------------------------------------------------------------------------
-    def local(self, suffix: Stack) -> LocalInfo:
-        """The cached walk of the stack suffix (shared with other grammars of the same vocabulary)."""
-        li = self._local.get(suffix)
+    def _cached_local(self, suffix: Stack) -> LocalInfo | None:
+        li = self._local.get_lru(suffix)
         if li is None:
-            key = self.rules.canonical_key(suffix)
-            shared = self.index.shared_local
-            with self.index._lock:
-                li = shared.get(key)
-                if li is not None:
-                    shared.move_to_end(key)
-            if li is None:
-                li = local_info(self.rules, self.index.table, suffix)
-                with self.index._lock:
-                    shared[key] = li
-                    if len(shared) > self.index.shared_local_size:
-                        shared.popitem(last=False)
-            self._local[suffix] = li
+            li = self.index.shared_get(self.rules.canonical_key(suffix))
+            if li is not None:
+                self._local.put(suffix, li, _info_bytes(li))
         return li
 
-    def _token_bits(self, p: int) -> np.ndarray:
-        m = self._token_top.get(p)
+    def local(self, suffix: Stack, work: WorkBudget | None = None) -> LocalInfo:
+        """The cached walk of the stack suffix (shared with other grammars of the same vocabulary)."""
+        li = self._cached_local(suffix)
+        if li is None:
+            li = local_info(self.rules, self.index.table, suffix, work or self._work())
+            nbytes = _info_bytes(li)
+            self.index.shared_put(self.rules.canonical_key(suffix), li, nbytes)
+            self._local.put(suffix, li, nbytes)
+        return li
+
+    def _work(self) -> WorkBudget:
+        return WorkBudget(self._limits.max_mask_work)
+
+    def _token_bits(self, p: int, work: WorkBudget) -> np.ndarray:
+        m = self._token_top.get_lru(p)
         if m is None:
             t = self.index.table
-            m = self._token_top[p] = np.packbits(by_id(t, walk(self.rules, t, ((p,),))))
+            m = np.packbits(by_id(t, walk(self.rules, t, ((p,),), work=work)))
+            self._token_top.put(p, m, m.nbytes)
         return m
 
-    def _empty_bits(self) -> np.ndarray:
+    def _empty_bits(self, work: WorkBudget) -> np.ndarray:
         if self._empty is None:
             t = self.index.table
-            self._empty = np.packbits(by_id(t, walk(self.rules, t, ((),))))
+            self._empty = np.packbits(by_id(t, walk(self.rules, t, ((),), work=work)))
         return self._empty
 
     def precompute(self, max_stacks: int = 20_000, max_depth: int = 24) -> int:
@@ -162,13 +221,14 @@ class CompiledGrammar:
             self.local(suffix)
         return len(suffixes)
 
-    def _uncertain(self, suffix: Stack, below: Stack, li: LocalInfo) -> np.ndarray:
+    def _uncertain(self, suffix: Stack, below: Stack, li: LocalInfo, work: WorkBudget) -> np.ndarray:
         """The token ids among the suffix's uncertain ones that the rest of the stack accepts (cached)."""
         key = (self._serial, suffix, below)
         ids = self._unc.get_lru(key)
         if ids is None:
-            ids = li.unc_ids[walk(self.rules, li.keys, self.rules.advance(below))]
-            self._unc.put(key, ids)
+            ids = li.unc_ids[walk(self.rules, li.keys, self.rules.advance(below), work=work)]
+            if len(below) <= _MAX_CACHED_BELOW:
+                self._unc.put(key, ids, ids.nbytes + 8 * (len(suffix) + len(below)) + 200)
         return ids
 
     # ---- the mask ------------------------------------------------------------------------------------------
@@ -177,6 +237,9 @@ class CompiledGrammar:
 
         Masks are kept per state (LRU); ``state_cache=False`` bypasses that cache (the per-suffix caches still
         apply), which the benchmark uses to time the computation itself.
+
+        Raises:
+            GrammarLimitError: the mask needs more than ``limits.max_mask_work`` row steps.
         """
         key = (self._serial, stacks, partial)
         if state_cache:
@@ -185,33 +248,51 @@ class CompiledGrammar:
                 return m
         n = self.n_vocab
         g = self.rules
+        t = self.index.table
+        work = self._work()
         if partial[1] > 0:
-            t = self.index.partial_table(*partial)
-            acc = walk(g, t, stacks)
+            pt = self.index.partial_table(*partial)
+            acc = walk(g, pt, stacks, work=work)
             m = np.zeros(n, dtype=bool)
-            m[t.ids[acc]] = True
+            m[pt.ids[acc]] = True
         else:
             bits = np.zeros((n + 7) // 8, dtype=np.uint8)
             unc = []
+            direct: list[Stack] = []
+            new = 0
+            ored: set[int] = set()
             for s in stacks:
                 if not s:
-                    bits |= self._empty_bits()
+                    bits |= self._empty_bits(work)
                     continue
                 top = s[-1]
                 if g.types[top] in (TOKEN, TOKEN_NOT):
-                    bits |= self._token_bits(top)
+                    bits |= self._token_bits(top, work)
                     continue
                 below, suffix = g.split(s)
-                li = self.local(suffix)
-                bits |= li.bits
+                li = self._cached_local(suffix)
+                if li is None:
+                    if new >= _NEW_SUFFIXES_PER_MASK:
+                        direct.append(s)      # many new positions at once (wide alternatives): llama.cpp's walk
+                        continue
+                    new += 1
+                    li = self.local(suffix, work)
+                if id(li) not in ored:     # many stacks often share one suffix: OR its bits once
+                    ored.add(id(li))
+                    work.spend(VISIT_COST + len(bits))
+                    bits |= li.bits
                 if li.keys is not None:
-                    unc.append(self._uncertain(suffix, below, li))
+                    unc.append(self._uncertain(suffix, below, li, work))
             m = np.unpackbits(bits, count=n).view(bool)
+            if direct:
+                seed = m[t.ids]
+                acc = walk(g, t, tuple(direct), work=work, seed=seed)
+                m[t.ids[acc]] = True
             for rows in unc:
                 m[rows] = True
         m[self.index.eog_ids] = any(not s for s in stacks)
         m.setflags(write=False)
-        if state_cache:
+        if state_cache and sum(map(len, stacks)) <= _MAX_CACHED_STATE:
             self._masks.put(key, m)
         return m
 
@@ -243,13 +324,85 @@ class CompiledGrammar:
                 return True
         return False
 
+    def dead_end(self, stacks: Stacks, partial: Partial) -> str | None:
+        """Why no token at all can follow in this state, or None if some token can (or the grammar can end)."""
+        if any(not s for s in stacks) or self.mask_for(stacks, partial).any():
+            return None
+        g = self.rules
+        what = []
+        for s in stacks[:4]:
+            ty, v = g.types[s[-1]], g.values[s[-1]]
+            if ty in (TOKEN, TOKEN_NOT):
+                if ty == TOKEN and not 0 <= v < self.n_vocab:
+                    what.append(f"token <[{v}]> (outside the vocabulary of {self.n_vocab})")
+                elif ty == TOKEN and self.index.eog[v]:
+                    what.append(f"token <[{v}]> (an end-of-generation token, which ends generation instead)")
+                else:
+                    what.append(f"{'!' if ty == TOKEN_NOT else ''}<[{v}]>")
+            else:
+                positive, items, _ = g.classes[s[-1]]
+                what.append(f"a character in {'' if positive else 'the complement of '}"
+                            f"{[(hex(lo), hex(hi)) for lo, hi in items][:4]} that no token starts with")
+        return ("the grammar allows no token here and cannot end: it expects " + "; or ".join(what) +
+                (" ..." if len(stacks) > 4 else ""))
+
+
+def _pack_state(old: Stacks, new: Stacks) -> Any:
+    """``old`` stored against the state ``new`` that follows it: long stacks keep only what differs from a stack of
+    ``new`` (a deep nesting costs O(change) per step instead of O(depth))."""
+    if not new or sum(map(len, old)) < 256:
+        return old
+    out: list[Any] = []
+    packed = False
+    for i, s in enumerate(old):
+        j = min(i, len(new) - 1)
+        ref = new[j]
+        n = min(len(s), len(ref))
+        if n < 64:
+            out.append(s)
+            continue
+        if s[:n] == ref[:n]:
+            lcp = n
+        else:
+            lo, hi = 0, n
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if s[:mid] == ref[:mid]:
+                    lo = mid
+                else:
+                    hi = mid
+            lcp = lo
+        if lcp < 32:
+            out.append(s)
+        else:
+            out.append(_Delta(j, lcp, s[lcp:]))
+            packed = True
+    return _Packed(out) if packed else old
+
+
+class _Delta:
+    __slots__ = ("j", "keep", "tail")
+
+    def __init__(self, j: int, keep: int, tail: Stack) -> None:
+        self.j, self.keep, self.tail = j, keep, tail
+
+
+class _Packed(list):
+    pass
+
+
+def _unpack_state(packed: Any, new: Stacks) -> Stacks:
+    if not isinstance(packed, _Packed):
+        return packed
+    return tuple(new[e.j][:e.keep] + e.tail if isinstance(e, _Delta) else e for e in packed)
+
 
 class GrammarMatcher:
     """The state of one generation under a compiled grammar (llama.cpp's ``llama_grammar`` stacks + partial UTF-8).
 
     ``accept_token`` returns False, and changes nothing, for a token llama.cpp's grammar sampler would mask, and
     where llama.cpp would throw "Unexpected empty grammar stack". Every accepted token (or byte string) can be
-    undone with ``rollback``.
+    undone with ``rollback``. Memory per matcher: the current state plus, per accepted step, what changed.
     """
 
     def __init__(self, compiled: CompiledGrammar) -> None:
@@ -257,13 +410,20 @@ class GrammarMatcher:
         self._stacks: Stacks = compiled.initial_stacks
         self._partial: Partial = _NO_PARTIAL
         self._terminated = False
-        self._history: list[tuple[Stacks, Partial, bool]] = []
+        self._history: list[tuple[Any, Partial, bool]] = []
 
-    def _check(self, token: int) -> int:
+    def _check(self, token: Any) -> int:
+        if isinstance(token, (bool, np.bool_)) or not isinstance(token, (int, np.integer)):
+            raise TokenIdError(f"a token id must be an int, got {type(token).__name__} {token!r}")
         t = int(token)
         if not 0 <= t < self.compiled.n_vocab:
-            raise ValueError(f"token id {token} out of range (vocabulary of {self.compiled.n_vocab})")
+            raise TokenIdError(f"token id {token} out of range (vocabulary of {self.compiled.n_vocab})")
         return t
+
+    def _push(self, stacks: Stacks, partial: Partial) -> None:
+        """Record the current state in the history and move to ``(stacks, partial)``."""
+        self._history.append((_pack_state(self._stacks, stacks), self._partial, self._terminated))
+        self._stacks, self._partial = stacks, partial
 
     @property
     def stacks(self) -> Stacks:
@@ -280,8 +440,16 @@ class GrammarMatcher:
         return self.compiled.allows_in(self._stacks, self._partial, self._check(token))
 
     def mask(self) -> np.ndarray:
-        """The allowed tokens over the whole vocabulary (True = allowed); a read-only array."""
+        """The allowed tokens over the whole vocabulary (True = allowed); a read-only array.
+
+        Raises:
+            GrammarLimitError: computing it would exceed ``compiled.limits`` (an extremely ambiguous grammar).
+        """
         return self.compiled.mask_for(self._stacks, self._partial)
+
+    def dead_end(self) -> str | None:
+        """Why no token can follow (the grammar can never match from here), or None when some token can."""
+        return self.compiled.dead_end(self._stacks, self._partial)
 
     def can_end(self) -> bool:
         """Whether the grammar may end here (some stack is empty): end-of-generation tokens are allowed."""
@@ -292,7 +460,12 @@ class GrammarMatcher:
         return self._terminated
 
     def accept_token(self, token: int) -> bool:
-        """Advance over ``token`` (``llama_grammar_accept_impl``); False and no change if it is not allowed."""
+        """Advance over ``token`` (``llama_grammar_accept_impl``); False and no change if it is not allowed.
+
+        Raises:
+            TokenIdError: ``token`` is not an int (floats and strings are refused, not truncated) or out of range.
+            GrammarLimitError: the new state would hold more than ``compiled.limits.max_stacks`` stacks.
+        """
         token = self._check(token)
         c = self.compiled
         if not c.allows_in(self._stacks, self._partial, token):
@@ -305,15 +478,37 @@ class GrammarMatcher:
         res = c.rules.accept_token(self._stacks, self._partial, token, cps, _norm(val, rem))
         if res is None:    # llama.cpp: "Unexpected empty grammar stack after accepting piece"
             return False
-        self._history.append((self._stacks, self._partial, self._terminated))
-        self._stacks, self._partial = res
+        self._push(*res)
+        return True
+
+    def accept_piece(self, token: int, piece: bytes) -> bool:
+        """``llama_grammar_accept_token(grammar, token, piece)`` alone: no apply-time check (no EOG rule, no mask).
+
+        Stacks that cannot take the piece are dropped as in llama.cpp's loop; False and no change where llama.cpp
+        throws "Unexpected empty grammar stack". Undoable with :meth:`rollback`. Used to replay lazy grammars.
+        """
+        token = self._check(token)
+        if not isinstance(piece, (bytes, bytearray)):
+            raise TokenIdError(f"a piece must be bytes, got {type(piece).__name__}")
+        cps, val, rem = decode_utf8(bytes(piece), *self._partial)
+        if rem < 0:
+            return False
+        res = self.compiled.rules.accept_token(self._stacks, self._partial, token, cps, _norm(val, rem))
+        if res is None:
+            return False
+        self._push(*res)
         return True
 
     def accept_bytes(self, data: bytes) -> bool:
         """Advance over raw text (``llama_grammar_accept_str``); False and no change if the grammar rejects it.
 
         Token elements (``<[id]>``) never match text. Invalid UTF-8 is rejected.
+
+        Raises:
+            TypeError: ``data`` is not bytes-like (an int is not taken as a count of NUL bytes).
         """
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TokenIdError(f"accept_bytes takes bytes, got {type(data).__name__}")
         data = bytes(data)
         cps, val, rem = decode_utf8(data, *self._partial)
         if rem < 0:
@@ -326,17 +521,20 @@ class GrammarMatcher:
                 return False
         if rem > 0 and not any(s and s[-1] in g.classes and g.match_partial(s[-1], val, rem) for s in stacks):
             return False
-        self._history.append((self._stacks, self._partial, self._terminated))
-        self._stacks, self._partial = stacks, _norm(val, rem) if data else self._partial
+        self._push(stacks, _norm(val, rem) if data else self._partial)
         return True
 
     def rollback(self, n: int = 1) -> None:
         """Undo the last ``n`` accepted tokens (or byte strings)."""
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TokenIdError(f"rollback takes an int count, got {type(n).__name__}")
         if not 0 <= n <= len(self._history):
-            raise ValueError(f"cannot roll back {n} steps: {len(self._history)} accepted")
-        if n:
-            self._stacks, self._partial, self._terminated = self._history[-n]
-            del self._history[-n:]
+            raise TokenIdError(f"cannot roll back {n} steps: {len(self._history)} accepted")
+        stacks = self._stacks
+        for _ in range(n):
+            packed, partial, terminated = self._history.pop()
+            stacks = _unpack_state(packed, stacks)
+            self._stacks, self._partial, self._terminated = stacks, partial, terminated
 
     def fork(self) -> GrammarMatcher:
         """An independent copy of this matcher (same compiled grammar, same state and history)."""
@@ -346,11 +544,11 @@ class GrammarMatcher:
         return m
 
     def reset(self) -> None:
-        """Back to the start of the grammar, with no history."""
+        """Back to the start of the grammar, with no history (all per-matcher state released)."""
         self._stacks = self.compiled.initial_stacks
         self._partial = _NO_PARTIAL
         self._terminated = False
-        self._history.clear()
+        self._history = []
 
     @property
     def num_accepted(self) -> int:
@@ -390,7 +588,10 @@ def compile_grammar(grammar: Any, vocab: Vocabulary) -> CompiledGrammar:
         True
     """
     parsed = _parsed(grammar, vocab)
-    key = (tuple(tuple((int(t), int(v)) for t, v in rule) for rule in parsed.rules), parsed.root_id)
+    rules = parsed.rules
+    if not isinstance(rules, tuple) or not all(type(r) is tuple for r in rules):
+        rules = tuple(map(tuple, rules))
+    key = (rules, parsed.root_id)     # IntEnum elements hash and compare as their ints
     with _COMPILED_LOCK:
         per_vocab = _COMPILED.get(vocab)
         if per_vocab is None:

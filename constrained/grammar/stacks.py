@@ -16,7 +16,12 @@ Example:
 
 from __future__ import annotations
 
-from ..errors import GrammarStateError
+import hashlib
+import itertools
+from array import array
+from operator import itemgetter
+
+from ..errors import GrammarLimitError, GrammarStateError
 from .ir import ElementType, ParsedGrammar, endless_expansion_index, left_recursion_index
 
 END, ALT, RULE_REF = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
@@ -33,11 +38,83 @@ Stacks = tuple[Stack, ...]
 Partial = tuple[int, int]   # (value, n_remain)
 
 
-def _upto_end(rule):  # noqa: ANN001, ANN202
-    for t, _ in rule:
-        if t == END:
-            return
-        yield t
+_RULES_SERIAL = itertools.count()
+
+CANON_MAX_ELEMENTS = 4096
+"""Suffixes whose reachable rules hold more elements than this are not shared between grammars: the structural
+key would cost more to build than it saves (their per-suffix walks are keyed on the grammar instead)."""
+
+
+MAX_STACKS = 65_536
+"""Default bound on the stacks one state may hold (``MatcherLimits.max_stacks`` sets it per compiled grammar)."""
+
+
+def _too_many(limit: int, where: str) -> GrammarLimitError:
+    return GrammarLimitError(
+        f"the grammar state holds more than MatcherLimits.max_stacks = {limit:,} parse stacks ({where}): the "
+        "grammar is ambiguous (llama.cpp would keep them all and slow down to minutes per token); raise it with "
+        "`matcher.compiled.limits = MatcherLimits(max_stacks=...)`")
+
+
+class BoundedMemo(dict):
+    """A memo of stack operations bounded by the number of stack positions it holds (keys and results).
+
+    When ``budget`` would be exceeded the memo is emptied (amortised O(1)); ``stats()`` counts hits, misses and
+    clears. Memory is then O(budget) whatever the grammar and however deep its stacks grow.
+
+    >>> m = BoundedMemo("demo", budget=16)
+    >>> m.put((1, 2), ((3,),)); m.put((4, 5), ()); len(m), m.stats()["clears"]
+    (1, 1)
+    """
+
+    def __init__(self, name: str, budget: int = 1 << 19) -> None:
+        super().__init__()
+        self.name = name
+        self.budget = budget
+        self.held = 0
+        self.hits = self.misses = self.clears = 0
+
+    def put(self, key: tuple, value: tuple, cost: int | None = None) -> None:
+        if cost is None:
+            cost = 4 + len(key) + sum(len(v) + 4 if isinstance(v, tuple) else 1 for v in value)
+        if self.held + cost > self.budget:
+            super().clear()
+            self.held = 0
+            self.clears += 1
+            if cost > self.budget:
+                return
+        self[key] = value
+        self.held += cost
+
+    def clear(self) -> None:
+        super().clear()
+        self.held = 0
+
+    def stats(self) -> dict[str, int]:
+        return {"entries": len(self), "held": self.held, "budget": self.budget, "hits": self.hits,
+                "misses": self.misses, "clears": self.clears}
+
+
+class _Classes:
+    """Character classes by position, compiled on first use: ``(positive, ((lo, hi), ...), position after)``."""
+
+    def __init__(self, rules: GrammarRules) -> None:
+        self.rules = rules
+        self.done: dict[int, tuple[bool, tuple[tuple[int, int], ...], int]] = {}
+
+    def __contains__(self, p: object) -> bool:
+        return isinstance(p, int) and 0 <= p < len(self.rules.types) and self.rules.types[p] in _CLASS
+
+    def __getitem__(self, p: int) -> tuple[bool, tuple[tuple[int, int], ...], int]:
+        c = self.done.get(p)
+        if c is None:
+            if p not in self:
+                raise KeyError(p)
+            c = self.done[p] = self.rules._compile_class(p)
+        return c
+
+    def get(self, p: int, default: object = None) -> object:
+        return self[p] if p in self else default
 
 
 class _AsciiTables(dict):
@@ -59,21 +136,25 @@ class GrammarRules:
         types: list[int] = []
         values: list[int] = []
         self.rule_start: list[int] = []
-        rule_of: list[int] = []
-        for rid, rule in enumerate(parsed.rules):
+        for rule in parsed.rules:      # as llama_grammar_init_impl: copy up to END, then add END
             self.rule_start.append(len(types))
-            rule_of.extend([rid] * (sum(1 for _ in _upto_end(rule)) + 1))
-            for t, v in rule:          # as llama_grammar_init_impl: copy up to END, then add END
-                if t == END:
-                    break
-                types.append(int(t))
-                values.append(int(v))
-            types.append(int(END))
+            if rule:
+                kinds = list(map(itemgetter(0), rule))
+                k = kinds.index(END) if END in kinds else len(kinds)
+                vals = list(map(itemgetter(1), rule[:k]))
+                types += kinds[:k]
+                values += vals
+            types.append(END)
             values.append(0)
+        if set(map(type, types)) - {int}:          # IntEnum members (hand-built rules) become plain ints
+            types = list(map(int, types))
+        if set(map(type, values)) - {int}:
+            values = list(map(int, values))
         n_rules = len(self.rule_start)
-        for t, v in zip(types, values, strict=True):
-            if t == RULE_REF and not 0 <= v < n_rules:
-                raise GrammarStateError(f"rule reference {v} out of range ({n_rules} rules)")
+        bad_ref = next((v for t, v in zip(types, values) if t == RULE_REF and not 0 <= v < n_rules), None) \
+            if RULE_REF in types else None
+        if bad_ref is not None:
+            raise GrammarStateError(f"rule reference {bad_ref} out of range ({n_rules} rules)")
         if not 0 <= parsed.root_id < n_rules:
             raise GrammarStateError(f"root rule {parsed.root_id} out of range ({n_rules} rules)")
         bad = left_recursion_index(parsed.rules)     # llama_grammar_init_impl refuses these
@@ -89,24 +170,40 @@ class GrammarRules:
         values.append(0)
         self.types = types
         self.values = values
-        rule_of += [-1, -1]
+        # rule id of each position (O(1) per position as a compact array; -1 for the sentinel and after it)
+        rule_of = array("q", bytes(8 * len(types)))
+        for rid in range(n_rules):
+            stop = self.rule_start[rid + 1] if rid + 1 < n_rules else self.bottom
+            rule_of[self.rule_start[rid]:stop] = array("q", [rid]) * (stop - self.rule_start[rid])
+        rule_of[self.bottom] = rule_of[self.bottom + 1] = -1
         self.rule_of = rule_of
         # rules the GBNF parser generated (groups, repetitions): their names carry an underscore
         helper = {i for name, i in parsed.symbol_ids.items() if "_" in name}
         self.helper = [r in helper for r in range(n_rules)] + [False]
         self.root_id = parsed.root_id
-        self.has_tokens = any(t in (TOKEN, TOKEN_NOT) for t in types)
-        # character classes: position -> (positive, ((lo, hi), ...), position after the class)
-        self.classes: dict[int, tuple[bool, tuple[tuple[int, int], ...], int]] = {}
-        for p, t in enumerate(types):
-            if t in _CLASS:
-                self.classes[p] = self._compile_class(p)
+        self.has_tokens = TOKEN in types or TOKEN_NOT in types
+        # character classes: position -> (positive, ((lo, hi), ...), position after the class), compiled on first
+        # use (a 4M-element grammar would otherwise build 4M entries up front)
+        self.classes = _Classes(self)
         # per class position, whether each ASCII code point matches (a fast path for allows)
         self.ascii_ok = _AsciiTables(self)
-        self._advance_memo: dict[Stack, Stacks] = {}
-        self._next_memo: dict[Stack, Stacks] = {}
-        self._canon_memo: dict[Stack, tuple] = {}
-        self._split_memo: dict[Stack, tuple[Stack, Stack]] = {}
+        # memos of stack operations, bounded by the number of positions they hold (keys and results)
+        self._advance_memo = BoundedMemo("advance")
+        self._next_memo = BoundedMemo("next_stacks")
+        self._split_memo = BoundedMemo("split")
+        self._canon_memo = BoundedMemo("canonical_key", budget=1 << 18)
+        self._serial = next(_RULES_SERIAL)
+        self.max_stacks = MAX_STACKS
+        self._alts: dict[int, tuple[int, ...]] = {}
+
+    def memo_stats(self) -> dict[str, dict[str, int]]:
+        """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
+        return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo)}
+
+    def clear_memos(self) -> None:
+        """Drop every memoised stack operation (they are rebuilt on demand)."""
+        for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo):
+            m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
     def _compile_class(self, p: int) -> tuple[bool, tuple[tuple[int, int], ...], int]:
@@ -167,7 +264,9 @@ class GrammarRules:
         """The stacks ``stack`` expands to, each with a terminal on top or empty (memoised)."""
         memo = self._advance_memo.get(stack)
         if memo is not None:
+            self._advance_memo.hits += 1
             return memo
+        self._advance_memo.misses += 1
         types = self.types
         out: list[Stack] = []
         outset: set[Stack] = set()
@@ -178,6 +277,8 @@ class GrammarRules:
             if cur in seen:
                 continue
             seen.add(cur)
+            if len(seen) > self.max_stacks:
+                raise _too_many(self.max_stacks, "expanding one stack")
             if not cur:
                 if cur not in outset:
                     outset.add(cur)
@@ -186,16 +287,10 @@ class GrammarRules:
             pos = cur[-1]
             t = types[pos]
             if t == RULE_REF:
-                sub = self.rule_start[self.values[pos]]
                 base = cur[:-1] if self.is_eos(pos + 1) else cur[:-1] + (pos + 1,)
-                while True:
-                    todo.append(base if self.is_eos(sub) else base + (sub,))
-                    while not self.is_eos(sub):
-                        sub += 1
-                    if types[sub] == ALT:
-                        sub += 1
-                    else:
-                        break
+                for sub in self.alternatives(self.values[pos]):
+                    t = types[sub]
+                    todo.append(base if t == END or t == ALT else base + (sub,))
             elif t in _TERMINAL:
                 if cur not in outset:
                     outset.add(cur)
@@ -203,9 +298,7 @@ class GrammarRules:
             else:
                 raise GrammarStateError(f"stack top at a non-terminal element (type {t}) at position {pos}")
         res = tuple(out)
-        if len(self._advance_memo) > 200_000:
-            self._advance_memo.clear()
-        self._advance_memo[stack] = res
+        self._advance_memo.put(stack, res)
         return res
 
     def advance_into(self, stack: Stack, out: list[Stack], outset: set[Stack]) -> None:
@@ -225,32 +318,45 @@ class GrammarRules:
         memo = self._next_memo.get(stack)
         if memo is None:
             memo = self.advance(self.after_char(stack))
-            if len(self._next_memo) > 200_000:
-                self._next_memo.clear()
-            self._next_memo[stack] = memo
+            self._next_memo.put(stack, memo)
         return memo
 
     def initial_stacks(self) -> Stacks:
         """The stacks of a fresh grammar, as ``llama_grammar_init_impl`` builds them."""
         out: list[Stack] = []
         outset: set[Stack] = set()
-        pos = self.rule_start[self.root_id]
-        while True:
+        for pos in self.alternatives(self.root_id):
             self.advance_into(() if self.is_eos(pos) else (pos,), out, outset)
-            while not self.is_eos(pos):
-                pos += 1
-            if self.types[pos] == ALT:
-                pos += 1
-            else:
-                break
         return tuple(out)
+
+    def alternatives(self, rid: int) -> tuple[int, ...]:
+        """The start positions of rule ``rid``'s alternatives, in order (found once per rule at C speed)."""
+        a = self._alts.get(rid)
+        if a is None:
+            start = self.rule_start[rid]
+            stop = self.rule_start[rid + 1] if rid + 1 < len(self.rule_start) else self.bottom
+            seg = self.types[start:stop]
+            out = [start]
+            i = 0
+            while True:
+                try:
+                    i = seg.index(ALT, i)
+                except ValueError:
+                    break
+                i += 1
+                out.append(start + i)
+            a = self._alts[rid] = tuple(out)
+        return a
 
     # as llama_grammar_accept_chr + llama_grammar_accept (one code point, all stacks)
     def accept_char(self, stacks: Stacks, cp: int) -> Stacks:
         out: list[Stack] = []
         outset: set[Stack] = set()
+        limit = self.max_stacks
         for stack in stacks:
             self._accept_chr(stack, cp, out, outset)
+            if len(out) > limit:
+                raise _too_many(limit, "after a code point")
         return tuple(out)
 
     def _accept_chr(self, stack: Stack, cp: int, out: list[Stack], outset: set[Stack]) -> None:
@@ -292,6 +398,8 @@ class GrammarRules:
                     if s not in outset:
                         outset.add(s)
                         out.append(s)
+            if len(out) > self.max_stacks:
+                raise _too_many(self.max_stacks, "after a token")
         if not out:
             return None
         return tuple(out), (new_partial if new_partial is not None else partial)
@@ -408,48 +516,65 @@ class GrammarRules:
         while i > 0 and len(stack) - i < limit and helper[rule_of[stack[i]]]:
             i -= 1
         memo = stack[:i], stack[i:]
-        if len(self._split_memo) > 200_000:
-            self._split_memo.clear()
-        self._split_memo[stack] = memo
+        self._split_memo.put(stack, memo, 12 + 2 * len(stack))
         return memo
 
     def canonical_key(self, suffix: Stack) -> tuple:
         """A key equal for suffixes of any two grammars whose reachable rules are laid out identically.
 
         The walk from ``(sentinel, *suffix)`` only sees the rules of the suffix elements and the rules they reach,
-        so its result can be shared between grammars (JSON-schema grammars share ``string``, ``space``...).
+        so its result can be shared between grammars (JSON-schema grammars share ``string``, ``space``...). The key
+        is the suffix's offsets within its rules (numbered in order of appearance) and a digest of the reachable
+        rules' structure, computed once per tuple of rules (not per suffix) and never more than
+        :data:`CANON_MAX_ELEMENTS` elements long: beyond that the key names this grammar instead. Memory: O(1)
+        per suffix, O(1) per rule tuple.
         """
-        key = self._canon_memo.get(suffix)
-        if key is not None:
-            return key
-        canon: dict[int, int] = {}
-        order: list[int] = []
+        rule_of, rule_start = self.rule_of, self.rule_start
+        rules = tuple(dict.fromkeys([rule_of[p] for p in suffix]))
+        order = {r: i for i, r in enumerate(rules)}
+        head = tuple((order[rule_of[p]], p - rule_start[rule_of[p]]) for p in suffix)
+        digest = self._canon_memo.get(rules)
+        if digest is None:
+            self._canon_memo.misses += 1
+            digest = self._closure_digest(rules)
+            self._canon_memo.put(rules, (digest,), 12 + len(rules))
+        else:
+            self._canon_memo.hits += 1
+            digest = digest[0]
+        if not digest:
+            return ("grammar", self._serial, suffix)
+        return (head, digest)
 
-        def cid(r: int) -> int:
-            c = canon.get(r)
-            if c is None:
-                c = canon[r] = len(order)
-                order.append(r)
-            return c
-
-        head = tuple((cid(self.rule_of[p]), p - self.rule_start[self.rule_of[p]]) for p in suffix)
-        bodies = []
+    def _closure_digest(self, rules: tuple[int, ...]) -> bytes:
+        """A digest of the rules reachable from ``rules``, renumbered in order of discovery (b"" if too large)."""
+        canon: dict[int, int] = {r: i for i, r in enumerate(rules)}
+        order = list(rules)
+        types, values, rule_start = self.types, self.values, self.rule_start
+        h = hashlib.blake2b(digest_size=16)
+        seen = 0
         k = 0
         while k < len(order):
-            r = order[k]
+            p = rule_start[order[k]]
             k += 1
-            p = self.rule_start[r]
             body = []
             while True:
-                t, v = self.types[p], self.values[p]
-                body.append((t, cid(v) if t == RULE_REF else v))
+                t, v = types[p], values[p]
+                if t == RULE_REF:
+                    c = canon.get(v)
+                    if c is None:
+                        c = canon[v] = len(order)
+                        order.append(v)
+                    v = c
+                body.append(t)
+                body.append(v)
                 if t == END:
                     break
                 p += 1
-            bodies.append(tuple(body))
-        key = (head, tuple(bodies))
-        self._canon_memo[suffix] = key
-        return key
+                seen += 1
+                if seen > CANON_MAX_ELEMENTS:
+                    return b""
+            h.update(array("q", body).tobytes())
+        return h.digest()
 
     def describe(self, stack: Stack) -> list[tuple[int, int]]:
         """The ``(type, value)`` elements of a stack, bottom first."""

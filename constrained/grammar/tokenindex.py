@@ -234,8 +234,30 @@ class VocabIndex:
         self._partial_tables: OrderedDict[tuple[int, int], TokenTable] = OrderedDict()
         # per-suffix walks (constrained.grammar.mask.LocalInfo) shared by all grammars, keyed on the rules' structure
         self.shared_local: OrderedDict[tuple, object] = OrderedDict()
-        self.shared_local_size = 1024
+        self.shared_local_bytes = 128 << 20     # bound on the bytes those walks hold
+        self.shared_local_held = 0
+        self._shared_cost: dict[tuple, int] = {}
         self._lock = threading.Lock()
+
+    def shared_get(self, key: tuple) -> object | None:
+        """A per-suffix walk shared between grammars (LRU), or None."""
+        with self._lock:
+            li = self.shared_local.get(key)
+            if li is not None:
+                self.shared_local.move_to_end(key)
+            return li
+
+    def shared_put(self, key: tuple, info: object, nbytes: int) -> None:
+        """Keep a per-suffix walk, evicting the least recently used past ``shared_local_bytes``."""
+        with self._lock:
+            if key in self.shared_local:
+                return
+            self.shared_local[key] = info
+            self._shared_cost[key] = nbytes
+            self.shared_local_held += nbytes
+            while self.shared_local_held > self.shared_local_bytes and len(self.shared_local) > 1:
+                k, _ = self.shared_local.popitem(last=False)
+                self.shared_local_held -= self._shared_cost.pop(k)
 
     def decode(self, token: int, value: int, n_remain: int) -> tuple[list[int], int, int]:
         """The accept-side decode of ``token`` from partial state ``(value, n_remain)``."""
