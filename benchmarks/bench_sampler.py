@@ -1,12 +1,20 @@
 #!/usr/bin/env python
-"""llama-server's default sampler chain: our Sampler vs llama.cpp's C chain, per token, in one run.
+"""llama-server's sampler chains, stage by stage: our Sampler vs llama.cpp's C samplers, interleaved in one run.
 
-For vocabulary sizes 32,000 / 151,936 / 262,144 and logits without and with heavy ties (rounded to 0.5), it times
-``Sampler.sample(logits)`` (whole call: validation, candidate array, chain) and the C chain's
-``llama_sampler_apply`` alone (the candidate buffer is filled outside the timing), checks that both select the same
-token every step, and prints the median milliseconds per token and the ratio. ``--all`` adds a chain with every sampler on.
+For 32,000 and 262,144 logits, plain (normal, sd 2.5) and tied (the same rounded to 0.5, as quantised models give),
+and for the chains ``default`` (llama-server's), ``all-on`` (penalties, DRY with a 1,024-token window, top-n-sigma,
+top-k, typical, top-p, min-p, XTC at probability 1, dynamic temperature), ``mirostat1``, ``mirostat2`` and
+``adaptive-p``, each step times, back to back on the same logits:
 
-    GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_sampler.py [--steps 50] [--all]
+* the whole chain: C ``llama_sampler_apply`` on a filled candidate buffer vs our ``Sampler.sample(logits)`` (the
+  whole call: validation, candidate array, chain), and checks that both select the same token;
+* every stage: each C sampler of a second C chain applied in turn to one buffer vs each of our samplers applied in
+  turn to one candidate array (so every stage sees the same input on both sides).
+
+The two sides alternate step by step, so the machine's load hits both alike; the table gives the medians over the
+steps and the median of the per-step ratios (ours / C), with the load average before and after.
+
+    GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_sampler.py [--steps 30] [--chains default,all-on]
 """
 
 from __future__ import annotations
@@ -23,30 +31,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from sampler.candidates import Candidates  # noqa: E402
 from sampler.chain import Sampler  # noqa: E402
 from sampler.params import Params  # noqa: E402
 from tests.oracle.chain import CChain  # noqa: E402
 from tests.oracle.llama import L  # noqa: E402
 
+CHAINS = {
+    "default": Params(seed=1234),
+    "all-on": Params(seed=1234, penalty_repeat=1.1, penalty_freq=0.1, penalty_present=0.1, penalty_last_n=256,
+                     dry_multiplier=0.8, dry_penalty_last_n=1024, dry_sequence_breakers=(), top_n_sigma=2.0,
+                     typ_p=0.95, xtc_probability=1.0, xtc_threshold=0.01, dynatemp_range=0.3),
+    "mirostat1": Params(seed=1234, mirostat=1),
+    "mirostat2": Params(seed=1234, mirostat=2),
+    "adaptive-p": Params(seed=1234, adaptive_target=0.5,
+                         samplers=("top_k", "top_p", "min_p", "temperature", "adaptive_p")),
+}
 
-def make_logits(rng: np.random.Generator, n: int, ties: bool, steps: int) -> list[np.ndarray]:
-    out = []
-    for _ in range(steps):
-        x = rng.standard_normal(n).astype(np.float32) * 2.5
-        if ties:
-            x = (np.round(x * 2) / 2).astype(np.float32)
-        out.append(x)
-    return out
+
+def make_logits(rng: np.random.Generator, n: int, ties: bool) -> np.ndarray:
+    x = rng.standard_normal(n).astype(np.float32) * np.float32(2.5)
+    return (np.round(x * 2) / 2).astype(np.float32) if ties else x
 
 
-def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0) -> tuple[float, float]:
+def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0):
     rng = np.random.default_rng(seed)
-    data = make_logits(rng, n, ties, steps)
-    ours = Sampler(p)
-    c = CChain(p, n)
-    t_ours: list[float] = []
-    t_c: list[float] = []
-    for lg in data:
+    ours, ours_st = Sampler(p), Sampler(p)
+    c, c_st = CChain(p, n), CChain(p, n)
+    names = c_st.names()
+    hist = rng.integers(0, n, 1500)  # a prompt: fills the penalty and DRY windows (with repeats for DRY)
+    hist[700:1400] = hist[:700]
+    for t in hist.tolist():
+        for s in (ours, ours_st):
+            s.accept(t)
+        for s in (c, c_st):
+            s.accept(t)
+    whole: list[tuple[float, float]] = []
+    stages: list[list[tuple[float, float]]] = [[] for _ in names]
+    for _ in range(steps):
+        lg = make_logits(rng, n, ties)
+        # whole chain, C then ours
         c.cand.fill(lg)
         t0 = time.perf_counter()
         L.llama_sampler_apply(c.chain, ctypes.byref(c.cand.arr))
@@ -56,33 +80,66 @@ def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0) -> tuple[flo
         got = ours.sample(lg)
         t3 = time.perf_counter()
         if got != want:
-            raise SystemExit(f"MISMATCH at n={n} ties={ties}: ours {got} vs C {want}")
-        c.accept(want)
-        ours.accept(got)
-        t_c.append(t1 - t0)
-        t_ours.append(t3 - t2)
+            raise SystemExit(f"MISMATCH n={n} ties={ties}: ours {got} vs C {want}")
+        whole.append((t3 - t2, t1 - t0))
+        # stage by stage, C then ours, on the second pair of chains
+        c_st.cand.fill(lg)
+        ct = []
+        for i in range(len(names)):
+            s = L.llama_sampler_chain_get(c_st.chain, i)
+            t0 = time.perf_counter()
+            L.llama_sampler_apply(s, ctypes.byref(c_st.cand.arr))
+            ct.append(time.perf_counter() - t0)
+        want_st = c_st.cand.result().token
+        cand = Candidates.from_logits(ours_st._logits(lg), copy=False)
+        ot = []
+        for st in ours_st.steps:
+            t0 = time.perf_counter()
+            st.apply(cand)
+            ot.append(time.perf_counter() - t0)
+        got_st = int(cand.ids[cand.selected])
+        if got_st != want_st:
+            raise SystemExit(f"MISMATCH (stages) n={n} ties={ties}: ours {got_st} vs C {want_st}")
+        for i in range(len(names)):
+            stages[i].append((ot[i], ct[i]))
+        for s in (ours, ours_st):
+            s.accept(got)
+        for s in (c, c_st):
+            s.accept(got)
     c.free()
-    return float(np.median(t_ours)) * 1e3, float(np.median(t_c)) * 1e3
+    c_st.free()
+    return whole, list(zip(names, stages, strict=True))
+
+
+def _row(label: str, pairs: list[tuple[float, float]]) -> str:
+    a = np.array(pairs)
+    o, cc = np.median(a[:, 0]) * 1e3, np.median(a[:, 1]) * 1e3
+    r = np.median(a[:, 0] / np.maximum(a[:, 1], 1e-9))
+    flag = "  <-- over 1.5x" if r > 1.5 and o > 0.02 else ""
+    return f"  {label:14} {o:9.3f} {cc:9.3f} {r:7.2f}{flag}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=50)
-    ap.add_argument("--all", action="store_true", help="also time a chain with every sampler enabled")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--chains", default=",".join(CHAINS))
+    ap.add_argument("--sizes", default="32000,262144")
     a = ap.parse_args()
     load = os.getloadavg()
-    print(f"# machine load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {a.steps} tokens per row; "
-          "C = llama_sampler_apply only; medians")
-    configs = [("default", Params(seed=1234))]
-    if a.all:
-        configs.append(("all-on", Params(seed=1234, penalty_repeat=1.1, penalty_freq=0.1, penalty_present=0.1,
-                                         top_n_sigma=2.0, typ_p=0.95, xtc_probability=0.3, dynatemp_range=0.3)))
-    print(f"{'chain':8} {'n_vocab':>8} {'ties':>5} {'ours ms':>9} {'C ms':>8} {'ratio':>7}")
-    for name, p in configs:
-        for n in (32000, 151936, 262144):
+    print(f"# load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {a.steps} steps per row; "
+          "medians (ms) of interleaved steps, ratio = median of per-step ours/C")
+    for chain in a.chains.split(","):
+        p = CHAINS[chain]
+        for n in (int(x) for x in a.sizes.split(",")):
             for ties in (False, True):
-                ours, c = bench(p, n, ties, a.steps)
-                print(f"{name:8} {n:8d} {str(ties):>5} {ours:9.3f} {c:8.3f} {ours / c:7.2f}")
+                whole, stages = bench(p, n, ties, a.steps)
+                print(f"{chain} n={n} {'tied' if ties else 'plain'}:   {'ours ms':>9} {'C ms':>9} {'ratio':>7}")
+                print(_row("whole chain", whole))
+                for name, pairs in stages:
+                    print(_row(name, pairs))
+                sys.stdout.flush()
+    load = os.getloadavg()
+    print(f"# load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 if __name__ == "__main__":

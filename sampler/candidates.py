@@ -236,23 +236,19 @@ def bucket_partial_sort(keys: np.ndarray, npartial: int) -> np.ndarray:
     j = int(np.searchsorted(cum, npartial))  # first position (from the top) with cum >= npartial
     ib = 127 - j if j < 128 else -1
     sel = np.flatnonzero(b >= ib)
+    # a stable sort by bucket, descending (uint8 keys: numpy's stable sort is then a radix sort)
     if ib > 0 or len(sel) != len(b):
-        order = sel[np.argsort(-b[sel], kind="stable")]
+        order = sel[np.argsort((127 - b[sel]).astype(np.uint8), kind="stable")]
     else:
-        order = np.argsort(-b, kind="stable")
+        order = np.argsort((127 - b).astype(np.uint8), kind="stable")
     out = np.empty(len(order), np.intp)
-    pos = 0
-    ndone = 0
-    for bj in range(127, ib, -1):
-        h = int(histo[bj])
-        if h == 0:
-            continue
-        seg = order[pos:pos + h]
-        if h > 1:
-            seg = seg[np.asarray(stdalgo.sort_perm(keys[seg], descending=True))]
-        out[pos:pos + h] = seg
-        pos += h
-        ndone += h
+    # every bucket above ib is std::sort-ed on its own: all of them in one batched introsort
+    hs = histo[127:ib:-1] if ib >= 0 else histo[::-1]
+    pos = ndone = int(hs.sum())
+    if pos:
+        seg = order[:pos]
+        bounds = np.concatenate(([0], np.cumsum(hs)))
+        out[:pos] = seg[np.asarray(stdalgo.sort_segments_perm(keys[seg], bounds, descending=True))]
     h = int(histo[ib]) if ib >= 0 else 0
     if h:
         seg = order[pos:pos + h]

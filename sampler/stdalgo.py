@@ -625,7 +625,19 @@ def sort_segments_perm(keys: np.ndarray, bounds: np.ndarray, descending: bool = 
         raise ValueError("bounds must ascend from 0 to len(keys)")
     if n == 0:
         return codes
-    _introsort(codes, b[:-1].tolist(), b[1:].tolist())
     segid = np.repeat(np.arange(b.size - 1, dtype=np.int64), np.diff(b))
+    hi = (codes >> 32).astype(np.int32)
+    srt = np.sort(hi)
+    eq = srt[1:] == srt[:-1]
+    if eq.any():
+        # only segments holding a repeated key need the introsort trace (distinct keys have one order only); a
+        # key repeated across segments only makes this a superset
+        dups = np.unique(srt[1:][eq]).astype(np.int64)
+        starts, ends = b[:-1], b[1:]
+        has = np.isin(hi, dups)
+        nonempty = ends > starts
+        hit = np.zeros(starts.size, dtype=bool)
+        hit[nonempty] = np.add.reduceat(has, starts[nonempty]) > 0
+        _introsort(codes, starts[hit].tolist(), ends[hit].tolist(), dups=dups)
     order = np.lexsort((codes >> 32, segid))  # stable: the final insertion sort of every segment
     return codes[order] & _LOW
