@@ -100,8 +100,13 @@ class Grammar:
             >>> Grammar.from_gbnf('root ::= [0-9]{2,4}').symbol_ids["root_2"]
             2
         """
+        if not isinstance(text, (str, bytes, bytearray)):
+            raise GrammarSyntaxError(f"a GBNF grammar must be str or bytes, got {type(text).__name__}")
+        if not isinstance(root, str):
+            raise GrammarSyntaxError(f"the root rule name must be a str, got {type(root).__name__}")
         resolve = _resolver(vocab) if vocab is not None else None
-        layout = parse_gbnf(text, resolve_token=resolve, limits=limits)
+        layout = parse_gbnf(bytes(text) if isinstance(text, bytearray) else text, resolve_token=resolve,
+                            limits=limits)
         data = layout.text
         if not layout.rules:
             raise GrammarSyntaxError("failed to parse grammar: it defines no rules")
