@@ -469,6 +469,9 @@ def build_app(state: ServerState) -> Starlette:
             except HttpError as e:
                 log(f"request {request.url.path} -> {e.status} ({e.message[:80]})")
                 return _err(e)
+            except Exception as e:  # noqa: BLE001 - ex_wrapper: any other failure is a 500 server_error
+                log(f"request {request.url.path} -> 500 ({type(e).__name__}: {e})")
+                return _err(HttpError(str(e), "server_error"))
         return handler
 
     routes = [

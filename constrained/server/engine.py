@@ -336,6 +336,9 @@ class Engine:
                 try:
                     self._step()
                 except Exception as e:  # noqa: BLE001 - a failure answers every running task, the loop goes on
+                    import traceback
+
+                    traceback.print_exc()
                     for s in self.slots:
                         if s.task is not None:
                             self._error(s.task, HttpError(f"{type(e).__name__}: {e}", "server_error"))

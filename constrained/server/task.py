@@ -40,7 +40,7 @@ def _field(name: str, fn: Any) -> Any:
         return fn()
     except _FieldError:
         raise
-    except (ValueError, TypeError) as e:
+    except Exception as e:  # noqa: BLE001 - nlohmann's type errors and the handlers' failures alike
         raise _FieldError(f"Field '{name}': {e}") from None
 
 

