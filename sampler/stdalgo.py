@@ -40,6 +40,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import functools
 import heapq
 
@@ -189,13 +190,15 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
         heap = [head[j] for j in hid]
     evict_pos: list[int] = []
     evict_id: list[int] = []
-    replace = heapq.heapreplace
-    top = heap[0]
+    # heappushpop(heap, v) is "if heap[0] < v: heapreplace(heap, v)" (the same sift), else v comes straight back:
+    # libstdc++'s "if (comp(*i, *first)) __pop_heap(first, middle, i)", so map() runs the loop in C
+    pushpop = functools.partial(heapq.heappushpop, heap)
+    alive = [head]  # every candidate float stays alive to the end: its id() names its element
     pos, step = k, max(_CHUNK, k)
     while pos < n:  # chunk by chunk: the top only rises, so "w > top" at the chunk start is a superset
         end = min(n, pos + step)
         chunk = kf[pos:end]
-        t32 = np.float32(top)  # exact: every w is a float32 value
+        t32 = np.float32(heap[0])  # exact: every w is a float32 value
         if descending:
             c = (chunk > t32).nonzero()[0]
             vals = chunk[c].tolist()
@@ -203,20 +206,16 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
             c = (chunk < -t32).nonzero()[0]
             vals = (-chunk[c]).tolist()
         if vals:
+            alive.append(vals)
+            idx = (c + pos).tolist()
+            where.update(zip(map(id, vals), idx))
             if record:
-                for i, v in zip(c.tolist(), vals, strict=True):
-                    if v > top:  # comp(*i, *first): __pop_heap(first, middle, i)
-                        i += pos
-                        where[id(v)] = i
+                for i, v, r in zip(idx, vals, map(pushpop, vals), strict=True):
+                    if r is not v:  # a trigger: the evicted top is stored at i
                         evict_pos.append(i)
-                        evict_id.append(where[id(replace(heap, v))])
-                        top = heap[0]
+                        evict_id.append(where[id(r)])
             else:
-                for i, v in zip(c.tolist(), vals, strict=True):
-                    if v > top:
-                        where[id(v)] = i + pos
-                        replace(heap, v)
-                        top = heap[0]
+                collections.deque(map(pushpop, vals), maxlen=0)
         pos, step = end, step * _GROW
     pop = heapq.heappop
     out = [where[id(pop(heap))] for _ in range(k)]  # __sort_heap fills the back first
@@ -586,9 +585,59 @@ def sort_perm(keys: np.ndarray, descending: bool = True) -> np.ndarray:
     eq = srt[1:] == srt[:-1]
     if not eq.any():  # distinct keys: one order only
         return np.sort(codes) & _LOW
+    if n <= _SMALL:
+        return np.array(_sort_small(hi.tolist()), dtype=np.int64)
     _introsort(codes, [0], [n], dups=np.unique(srt[1:][eq]).astype(np.int64))
     # as std::__final_insertion_sort: a stable sort by key of the arrangement introsort left
     return codes[np.argsort((codes >> 32).astype(np.int32), kind="stable")] & _LOW
+
+
+_SMALL = 256  # below this, a direct port on Python lists beats the batched numpy trace
+
+
+def _sort_small(r: list[int]) -> list[int]:
+    """``std::sort`` of ids 0..n-1 with ``comp(a, b) = r[a] < r[b]``: a direct port of libstdc++'s
+    ``__introsort_loop`` (median of first+1/mid/last-1, unguarded partition, heapsort at depth 0) and
+    ``__final_insertion_sort`` (equal to a stable sort of the arrangement by key, see the module doc)."""
+    n = len(r)
+    a = list(range(n))
+    work = [(0, n, 2 * _lg(n))]
+    while work:
+        first, last, depth = work.pop()
+        while last - first > _THRESHOLD:
+            if depth == 0:  # as std::__partial_sort(first, last, last): a heapsort
+                seg = a[first:last]
+                hk = [r[i] for i in seg]
+                _make_heap(hk, seg, last - first)
+                _sort_heap(hk, seg, last - first)
+                a[first:last] = seg
+                break
+            depth -= 1
+            # as std::__move_median_to_first(first, first + 1, mid, last - 1)
+            x, y, z = first + 1, first + (last - first) // 2, last - 1
+            rx, ry, rz = r[a[x]], r[a[y]], r[a[z]]
+            if rx < ry:
+                m = y if ry < rz else (z if rx < rz else x)
+            else:
+                m = x if rx < rz else (z if ry < rz else y)
+            a[first], a[m] = a[m], a[first]
+            # as std::__unguarded_partition(first + 1, last, first)
+            pv = r[a[first]]
+            lo, hi = first + 1, last
+            while True:
+                while r[a[lo]] < pv:
+                    lo += 1
+                hi -= 1
+                while pv < r[a[hi]]:
+                    hi -= 1
+                if not lo < hi:
+                    break
+                a[lo], a[hi] = a[hi], a[lo]
+                lo += 1
+            work.append((lo, last, depth))  # as the recursive __introsort_loop(cut, last, depth)
+            last = lo
+    a.sort(key=r.__getitem__)  # list.sort is stable: the final insertion sort
+    return a
 
 
 def sort_prefix_perm(keys: np.ndarray, m: int, descending: bool = True) -> np.ndarray:
