@@ -208,7 +208,7 @@ def _heap_select(kf: np.ndarray, k: int, descending: bool, record: bool):
         if vals:
             alive.append(vals)
             idx = (c + pos).tolist()
-            where.update(zip(map(id, vals), idx))
+            where.update(zip(map(id, vals), idx, strict=True))
             if record:
                 for i, v, r in zip(idx, vals, map(pushpop, vals), strict=True):
                     if r is not v:  # a trigger: the evicted top is stored at i
