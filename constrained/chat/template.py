@@ -63,21 +63,58 @@ def _raise(msg: str) -> None:
     raise ChatTemplateError(f"Jinja Exception: {msg}")
 
 
+def _now() -> time.struct_time:
+    """The time ``strftime_now`` formats (local time, as llama.cpp's ``std::localtime``)."""
+    return time.localtime()
+
+
 def _strftime_now(fmt: str) -> str:
-    return time.strftime(fmt, time.localtime())
+    return time.strftime(fmt, _now())
 
 
 _ENV: Any = None
 
 
+def _generation_extension() -> Any:
+    from jinja2 import nodes
+    from jinja2.ext import Extension
+
+    class GenerationBlock(Extension):
+        """``{% generation %}...{% endgeneration %}`` (transformers' assistant-mask marker): just the body."""
+
+        tags = {"generation"}
+
+        def parse(self, parser: Any) -> Any:
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+            return nodes.Scope(body, lineno=lineno)
+
+    return GenerationBlock
+
+
+_GenerationBlock: Any = None
+
+
 def _env() -> Any:
-    global _ENV
+    global _ENV, _GenerationBlock
     if _ENV is None:
+        _GenerationBlock = _generation_extension()
         import jinja2
         from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=False, lstrip_blocks=False, keep_trailing_newline=True,
-                                            undefined=jinja2.Undefined, extensions=["jinja2.ext.loopcontrols"])
+        # as llama.cpp's engine (after huggingface.js's jinja): trim_blocks and lstrip_blocks on, the final
+        # newline dropped, {% generation %} blocks rendered as their content
+        class _Undefined(jinja2.Undefined):
+            # llama.cpp's engine: an undefined value concatenates as the empty string
+            def __add__(self, other: Any) -> Any:
+                return other if isinstance(other, str) else jinja2.Undefined.__add__(self, other)
+
+            def __radd__(self, other: Any) -> Any:
+                return other if isinstance(other, str) else jinja2.Undefined.__radd__(self, other)
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+                                            undefined=_Undefined,
+                                            extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = _strftime_now
@@ -198,6 +235,9 @@ class ChatTemplates:
                                "eos_token": self.eos_token, "enable_thinking": enable_thinking}
         if tools:
             ctx["tools"] = list(tools)
+        now = _now()                          # common_chat_extra_context
+        ctx["datetime"] = time.strftime("%b %d %Y", now)
+        ctx["date_string"] = time.strftime("%d %b %Y", now)
         ctx.update(extra_context or {})
         if add_generation_prompt:
             ctx["add_generation_prompt"] = True
@@ -212,6 +252,35 @@ class ChatTemplates:
         if self.add_eos and self.eos_token and out.endswith(self.eos_token):
             out = out[: -len(self.eos_token)]
         return out
+
+    @property
+    def supports_system_role(self) -> bool:
+        """``caps.supports_system_role``: a system message's content is used when [system, user] is rendered."""
+        v = getattr(self, "_sys_role", None)
+        if v is None:
+            try:
+                out = self.render_jinja([{"role": "system", "content": "System message"},
+                                         {"role": "user", "content": "User message"}], add_generation_prompt=False)
+                v = "System message" in out
+            except ChatTemplateError:
+                v = False
+            self._sys_role = v
+        return v
+
+    def prepare_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The workarounds ``common_chat_templates_apply_jinja`` applies before rendering: ``developer`` becomes
+        ``system`` (except for GPT-OSS templates), and a system message the template ignores is merged into the
+        next message (``system_message_not_supported``)."""
+        msgs = [dict(m) for m in messages]
+        if "<|channel|>" not in self.source:
+            for m in msgs:
+                if m.get("role") == "developer":
+                    m["role"] = "system"
+        if msgs and msgs[0].get("role") == "system" and not self.supports_system_role:
+            first = msgs.pop(0)
+            if msgs:
+                msgs[0]["content"] = _text_of(first.get("content")) + "\n" + _text_of(msgs[0].get("content"))
+        return msgs
 
     def apply(self, messages: Sequence[dict[str, Any]], *, jinja: bool, add_generation_prompt: bool = True,
               tools: Sequence[Any] | None = None, chat_template_kwargs: dict[str, Any] | None = None,

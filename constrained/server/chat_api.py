@@ -213,6 +213,7 @@ def _render_jinja(t: ChatTemplates, msgs: list[dict[str, Any]], add_gen: bool, c
     if hasattr(tm, "apply_jinja_server"):
         return tm.apply_jinja_server(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation,
                                      tools=tools, chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
+    msgs = t.prepare_messages(msgs)
     if continuation and msgs:
         last = msgs[-1]
         full = t.render_jinja(msgs, add_generation_prompt=False, tools=tools, extra_context=kwargs,
