@@ -6,7 +6,7 @@ float) ``acc = (float)((double)acc + (double)d * d)``: one double rounding and o
 sequentially.  The logit sum is :func:`numpy.cumsum` (a sequential float32 loop).  :func:`sq_dev_sum` gets the
 variance sum with one float32 ``cumsum`` over terms ``x`` chosen so that ``fl32(acc + x)`` is the C step exactly:
 
-1. *No double-rounding effect.*  For ``acc = a`` a normal float in binade ``[2^e, 2^(e+1))`` and ``s = d*d < a/4``
+1. *No double-rounding effect.*  For ``acc = a`` a normal float in binade ``[2^e, 2^(e+1))`` and ``s = d*d < 2^(e-1)``
    (exact in double), ``fl32(fl64(a + s)) == fl32(a + s)``.  The double rounding could only differ if ``fl64(a+s)``
    were a float midpoint ``M`` with ``a + s != M``; then ``s_M = M - a`` is a float (a multiple of ``2^(e-24)`` below
    ``2^(e-1)``) within ``2^(e-52)`` of ``s``, hence ``s_M == s32 = fl32(s)`` and ``0 < |s - s32| <= lsb(s32) * 2^-29``
@@ -18,7 +18,7 @@ variance sum with one float32 ``cumsum`` over terms ``x`` chosen so that ``fl32(
 3. *The binade is bounded from below without the sequential sum*: block sums of ``s32`` give the running sum at
    every block start up to the accumulated rounding (relative error at most ``i * 2^-24``), so ``e`` is known to be
    at least ``e_lo`` per block; candidates are then "``s32`` a multiple of ``2^(e_lo-24)``" (a superset), and
-   elements with ``s32 >= 2^(e_lo-3)`` (possibly ``s >= a/4``), or where ``acc`` may still be below ``2^-100`` (the
+   elements with ``s32 >= 2^(e_lo-1)`` (possibly not ``s < 2^(e-1)``), or where ``acc`` may still be below ``2^-100`` (the
    subnormal zone), are computed one by one with the C step between the cumsum segments.  The bounds are checked
    against the computed sums afterwards (a failure would fall back to the plain loop; it cannot happen).
 
@@ -38,7 +38,7 @@ import numpy as np
 _F32 = np.float32
 _TINY = 2.0 ** -100
 _BLOCK = 256
-_HEAD = 2048  # the first elements get per-element bounds (the running sum grows fastest there)
+_HEAD = 256  # the first elements get per-element bounds (the running sum grows fastest there)
 
 
 def sq_dev_sum_loop(d: np.ndarray) -> np.float32:
@@ -62,23 +62,31 @@ def _ro24(d: np.ndarray, s32: np.ndarray) -> np.ndarray:
     return out
 
 
-def _flags(s32: np.ndarray, dbits: np.ndarray, lb: np.ndarray, big_t: float = 2.0 ** 21) -> tuple[np.ndarray, np.ndarray]:
-    """(special, candidate) masks for ``s32`` (2-D: blocks x elements, or 1-D) under running-sum lower bounds
-    ``lb`` (broadcast against ``s32``): special = maybe ``s >= acc/4`` or ``acc < 2^-100``; candidate = ``s32`` a
-    multiple of ``2^(e_lo - 24)`` (specials and zeros may be candidates too: the caller sorts them out)."""
+def _flags(s32: np.ndarray, dbits: np.ndarray, lb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat indices (special, candidate) into ``s32`` (2-D: blocks x elements, or 1-D) under running-sum lower bounds
+    ``lb`` (broadcast against ``s32``).  Special: ``s32 >= 2^(e_lo-1)`` (maybe not ``s < 2^(e-1)``) or
+    ``lb < 2^-100``; candidate: ``s32`` a multiple of ``2^(e_lo - 24)`` (zeros and exact squares may be among them:
+    the caller sorts them out).  One test finds both: ``t = s32 * 2^(24 - e_lo)`` is an integer."""
     tiny = lb < _TINY
     any_tiny = bool(tiny.any())
     e_lo = np.floor(np.log2(np.where(tiny, 1.0, lb) if any_tiny else lb))
     scale = np.exp2(24.0 - e_lo).astype(_F32)
     with np.errstate(over="ignore"):
         t = s32 * scale
-    special = t >= _F32(big_t)
+    hit = np.rint(t) == t  # every t >= 2^23 is an integer (and inf == rint(inf))
     if any_tiny:
-        special |= tiny
-    cand = np.rint(t) == t
-    if np.count_nonzero(cand) > 64:  # many: drop the exact squares here (the caller filters a short list itself)
-        cand &= (dbits & 0xFFF) != 0
-    return special, cand
+        hit |= tiny
+    if np.count_nonzero(hit) > 64:  # many (exact squares of tied logits): drop those that need nothing
+        keep = (dbits & 0xFFF) != 0
+        keep |= t >= _F32(2.0 ** 23)
+        if any_tiny:
+            keep |= tiny
+        hit &= keep
+    idx = np.flatnonzero(hit)
+    sp = t.reshape(-1)[idx] >= _F32(2.0 ** 23)
+    if any_tiny:
+        sp |= np.broadcast_to(tiny, t.shape).reshape(-1)[idx]
+    return idx[sp], idx[~sp]
 
 
 def sq_dev_sum(d: np.ndarray) -> np.float32:
@@ -121,10 +129,8 @@ def sq_dev_sum(d: np.ndarray) -> np.float32:
     # lower bounds of acc before each element: per element in the head, per block after it
     lb_head = np.concatenate(([0.0], np.cumsum(hs)[:-1])) * lbf
     sp_h, cd_h = _flags(s32[:h], dbits[:h], lb_head)
-    sp_h[: first + 1] = False
-    cd_h[: first + 1] = False
-    specials = [np.flatnonzero(sp_h)]
-    cands = [np.flatnonzero(cd_h)]
+    specials = [sp_h[sp_h > first]]
+    cands = [cd_h[cd_h > first]]
     checks: list[tuple[np.ndarray, np.ndarray]] = [(np.arange(1, h), lb_head[1:])]
     if h < n:
         starts = np.arange(h, n, _BLOCK)
@@ -133,12 +139,12 @@ def sq_dev_sum(d: np.ndarray) -> np.float32:
         if nb:
             sp_b, cd_b = _flags(s32[h:body_end].reshape(nb, _BLOCK), dbits[h:body_end].reshape(nb, _BLOCK),
                                 lb_blk[:nb, None])
-            specials.append(np.flatnonzero(sp_b) + h)
-            cands.append(np.flatnonzero(cd_b) + h)
+            specials.append(sp_b + h)
+            cands.append(cd_b + h)
         if body_end < n:
             sp_t, cd_t = _flags(s32[body_end:], dbits[body_end:], lb_blk[nb:nb + 1])
-            specials.append(np.flatnonzero(sp_t) + body_end)
-            cands.append(np.flatnonzero(cd_t) + body_end)
+            specials.append(sp_t + body_end)
+            cands.append(cd_t + body_end)
         checks.append((starts, lb_blk[: starts.size]))
     cand = np.concatenate(cands)
     # only inexact squares need the odd rounding: d*d is exact in float iff d's 12 low significand bits are 0 (and a

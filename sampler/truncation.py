@@ -205,11 +205,10 @@ class TopNSigma(_Stateless):
             accf = sq_dev_sum(vals - mean)
         std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
         thr = _F32(mx - _F32(self.n * std))
-        with np.errstate(invalid="ignore"):
-            mask = lg < thr
-        if mask.any():
-            c.logits = lg.copy()
-            c.logits[mask] = -np.inf
+        low = lg.min()
+        if thr > low or low != low:  # something may be masked (a NaN threshold masks nothing, NaN logits stay)
+            with np.errstate(invalid="ignore"):
+                c.logits = np.where(lg < thr, _F32(-np.inf), lg)
 
 
 class XTC:
