@@ -18,9 +18,10 @@ variance sum with one float32 ``cumsum`` over terms ``x`` chosen so that ``fl32(
 3. *The binade is bounded from below without the sequential sum*: block sums of ``s32`` give the running sum at
    every block start up to the accumulated rounding (relative error at most ``i * 2^-24``), so ``e`` is known to be
    at least ``e_lo`` per block; candidates are then "``s32`` a multiple of ``2^(e_lo-24)``" (a superset), and
-   elements with ``s32 >= 2^(e_lo-1)`` (possibly not ``s < 2^(e-1)``), or where ``acc`` may still be below ``2^-100`` (the
-   subnormal zone), are computed one by one with the C step between the cumsum segments.  The bounds are checked
-   against the computed sums afterwards (a failure would fall back to the plain loop; it cannot happen).
+   elements with ``s32 >= 2^(e_lo-1)`` (possibly not ``s < 2^(e-1)``), or where ``acc`` may still be below
+   ``2^-100`` (the subnormal zone), are computed one by one with the C step between the cumsum segments.  The
+   bounds are checked against the computed sums afterwards (a failure would fall back to the plain loop; it cannot
+   happen).
 
 Example:
     >>> import numpy as np

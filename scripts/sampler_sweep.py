@@ -6,7 +6,7 @@ random logits (plain, heavy ties, -inf, flat), stage by stage: after every sampl
 and p bits, sorted flag and selection must equal llama.cpp's. ``--dry`` adds DRY on the gpt-2 and llama-spm vocabularies;
 ``--big`` adds vocabulary sizes up to 262,144.
 
-    GGML_NO_BACKTRACE=1 .venv/bin/python scripts/sampler_sweep.py --sequences 2000 --steps 32 --seed 1 [--big] [--dry]
+    GGML_NO_BACKTRACE=1 .venv/bin/python scripts/sampler_sweep.py --sequences 2000 --steps 32 --seed 1 [--big] [--dry] [--seconds 600]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--dry", action="store_true")
+    ap.add_argument("--seconds", type=float, default=0.0, help="stop after this long (and print the counts)")
     a = ap.parse_args()
     rng = np.random.default_rng(a.seed)
     sizes = [2, 3, 5, 17, 64, 128, 129, 200, 700, 1024, 1025, 1500, 5000, 32000]
@@ -49,6 +50,8 @@ def main() -> None:
     t0 = time.time()
     failures = 0
     for i in range(a.sequences):
+        if a.seconds and time.time() - t0 > a.seconds:
+            break
         if vocabs and i % 4 == 0:
             vm, v = vocabs[(i // 4) % len(vocabs)]
             p = random_params(rng, vm.n_vocab, dry=True)
