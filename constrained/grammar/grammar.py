@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -43,6 +43,7 @@ from .ir import (
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..vocab import Vocabulary
+    from .lazy import LazyMatcher
     from .matcher import GrammarMatcher
 
 __all__ = ["Grammar", "format_gbnf"]
@@ -225,11 +226,22 @@ class Grammar:
             self._cache[vocab] = parsed
         return parsed
 
-    def matcher(self, vocab: Vocabulary) -> GrammarMatcher:
-        """A matcher over ``vocab`` (see ``constrained.grammar.matcher``)."""
+    def matcher(self, vocab: Vocabulary, *, trigger_patterns: Sequence[str] | None = None,
+                trigger_tokens: Sequence[int] | None = None) -> GrammarMatcher | LazyMatcher:
+        """A matcher over ``vocab`` (see ``constrained.grammar.matcher``).
+
+        With ``trigger_patterns`` or ``trigger_tokens`` (even empty) the grammar is lazy, as
+        ``llama_sampler_init_grammar_lazy_patterns``: a :class:`~constrained.grammar.lazy.LazyMatcher` that allows
+        everything until a trigger, then replays the text from the trigger into the grammar.
+        """
         from .matcher import compile_grammar
 
-        return compile_grammar(self, vocab).matcher()
+        compiled = compile_grammar(self, vocab)
+        if trigger_patterns is None and trigger_tokens is None:
+            return compiled.matcher()
+        from .lazy import LazyMatcher
+
+        return LazyMatcher(compiled, trigger_patterns or (), trigger_tokens or ())
 
     def with_root(self, root: str) -> Grammar:
         """The same rules started from another rule (checked as ``from_gbnf(source, root)`` would)."""
