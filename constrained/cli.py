@@ -3,6 +3,7 @@
     constrained generate --prompt TEXT [--schema FILE | --grammar FILE | --json] [--model GGUF] [--seed N] ...
     constrained grammar --schema FILE          print the GBNF llama-server would use for a JSON schema
     constrained check GRAMMAR_FILE             report GBNF syntax errors with line, column and caret
+    constrained serve [llama-server flags]     an HTTP server that answers as llama-server does
 
 Exit codes: 0 success; 1 the result does not validate against the schema; 2 bad input (usage, a missing file, a
 grammar, schema or parameter that cannot be used); 3 the model could not be loaded.
@@ -216,10 +217,18 @@ def build_parser() -> argparse.ArgumentParser:
     ck.add_argument("file", help="the grammar file")
     ck.add_argument("--root", default="root", help="the start rule (default root)")
     ck.set_defaults(func=cmd_check)
+
+    sub.add_parser("serve", help="an HTTP server that answers as llama-server does: constrained serve "
+                   "[llama-server flags]")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["serve"]:            # llama-server's own flags, read by constrained.flags
+        from .server.main import serve
+
+        return serve(argv[1:])
     args = build_parser().parse_args(argv)
     if getattr(args, "command", None) == "generate" and args.trace and args.n_probs is None:
         args.n_probs = 1

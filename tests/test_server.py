@@ -250,3 +250,22 @@ def test_one_at_a_time_is_deterministic(srv) -> None:
     a = json.loads(raw(srv, "POST", "/completion", body)[2])["content"]
     b = json.loads(raw(srv, "POST", "/completion", body)[2])["content"]
     assert a == b
+
+
+def test_cli_serve_refuses_bad_flags() -> None:
+    import subprocess
+    import sys
+
+    for cmd in (["-m", "constrained.cli", "serve"], ["-m", "constrained.server"]):
+        p = subprocess.run([sys.executable, *cmd, "--no-such-flag"], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "--no-such-flag" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "constrained.cli", "serve", "-m", "/no/such.gguf"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "/no/such.gguf" in p.stderr
+
+
+def test_progress_and_request_log_lines(srv) -> None:
+    raw(srv, "POST", "/completion", {"prompt": "Hi", "n_predict": 1})
+    log = srv.log_path.read_text(errors="replace")
+    assert "loading model" in log and "listening on" in log
+    assert "request /completion 200" in log

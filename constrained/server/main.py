@@ -52,9 +52,15 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
 
 def serve(argv: Sequence[str]) -> int:
     """Parse ``argv``, load the model, serve until interrupted. Returns the exit code."""
+    argv = list(argv)
+    tags: list[str] = []
+    for i, x in enumerate(argv):               # --tags: only the server uses it (model metadata in /models)
+        if x == "--tags" and i + 1 < len(argv):
+            tags = [t for t in argv[i + 1].split(",") if t]
     try:
-        a = parse_server_args(list(argv))
+        a = parse_server_args(argv)
         cfg = config_from_args(a)
+        cfg.tags = tags
     except (FlagError, ConstrainedError, ValueError) as e:
         print(f"constrained serve: {e}", file=sys.stderr)
         return 2
