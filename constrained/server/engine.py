@@ -404,7 +404,12 @@ class Engine:
         try:
             slot.sampler = Sampler(p.sampling, self.vocab)
             if p.grammar:
-                slot.matcher = Grammar.from_gbnf(p.grammar).matcher(self.vocab)
+                g = Grammar.from_gbnf(p.grammar)
+                if p.grammar_lazy:
+                    pats, toks = _trigger_args(p.grammar_triggers)
+                    slot.matcher = g.matcher(self.vocab, trigger_patterns=pats, trigger_tokens=toks)
+                else:
+                    slot.matcher = g.matcher(self.vocab)
         except ConstrainedError:
             self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
                                         "invalid_request_error"))
@@ -706,6 +711,30 @@ class Engine:
                     timings=self._timings(s))
         self._release(s)
         task.emit(fin)
+
+
+def _trigger_args(triggers: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+    """``common_sampler_init``'s trigger lists: words escaped, full patterns anchored, tokens apart."""
+    from ..grammar.lazy_regex import regex_escape
+
+    pats: list[str] = []
+    toks: list[int] = []
+    for t in triggers:
+        kind, value = t["type"], t["value"]
+        if kind == 0:
+            toks.append(int(t["token"]))
+        elif kind == 1:
+            pats.append(regex_escape(value))
+        elif kind == 2:
+            pats.append(value)
+        elif kind == 3:
+            anchored = value
+            if not anchored.startswith("^"):
+                anchored = "^" + anchored
+            if not anchored.endswith("$"):
+                anchored += "$"
+            pats.append(anchored)
+    return pats, toks
 
 
 class _ModelHolder:

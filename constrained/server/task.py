@@ -162,9 +162,10 @@ class TaskParams:
                         toks.append(ids[0])
             t.preserved_tokens = sorted(set(toks))
         if _has(data, "grammar_triggers"):
-            t.grammar_triggers = list(data["grammar_triggers"]) if isinstance(data["grammar_triggers"], list) else []
-        if t.grammar_lazy and not t.grammar_triggers:
-            raise ValueError("Field 'grammar_triggers': Error: no triggers set for lazy grammar!")
+            t.grammar_triggers = _field("grammar_triggers", lambda: _triggers(data["grammar_triggers"], vocab,
+                                                                              t.preserved_tokens))
+            if t.grammar_lazy and not t.grammar_triggers:
+                raise ValueError("Field 'grammar_triggers': Error: no triggers set for lazy grammar!")
         v = data.get("id_slot")
         t.id_slot = v if isinstance(v, int) and not isinstance(v, bool) else -1
         return t
@@ -208,6 +209,31 @@ class TaskParams:
             "backend_sampling": self.backend_sampling, "lora": [],
         })
         return out
+
+
+def _triggers(items: Any, vocab: Any, preserved: list[int]) -> list[dict[str, Any]]:
+    """The ``grammar_triggers`` handler: ``server_grammar_trigger`` objects; a word that is one preserved token
+    becomes a token trigger (type 0), as make_llama_cmpl_schema does."""
+    out: list[dict[str, Any]] = []
+    for it in items if isinstance(items, list) else []:
+        if not isinstance(it, dict) or "type" not in it or "value" not in it:
+            raise ValueError("[json.exception.out_of_range.403] key 'type' not found" if isinstance(it, dict)
+                             and "type" not in it else "[json.exception.out_of_range.403] key 'value' not found")
+        kind = get_int(it["type"])
+        value = _str(it["value"])
+        if kind == 1:                      # WORD
+            ids = vocab.tokenize(value, parse_special=True) if vocab is not None else []
+            if len(ids) == 1:
+                if ids[0] not in preserved:
+                    raise ValueError(f"Grammar trigger word should be marked as preserved token: {value}")
+                out.append({"type": 0, "value": value, "token": int(ids[0])})
+            else:
+                out.append({"type": 1, "value": value})
+        elif kind == 0:
+            out.append({"type": 0, "value": value, "token": get_int(it.get("token"))})
+        else:
+            out.append({"type": kind, "value": value})
+    return out
 
 
 def _str(v: Any) -> str:
