@@ -11,7 +11,8 @@ top-k, typical, top-p, min-p, XTC at probability 1, dynamic temperature), ``miro
 * every stage: each C sampler of a second C chain applied in turn to one buffer vs each of our samplers applied in
   turn to one candidate array (so every stage sees the same input on both sides).
 
-The two sides alternate step by step, so the machine's load hits both alike; the table gives the medians over the
+The two sides alternate step by step and every time is the thread's CPU time (``time.thread_time``: a preemption on
+a loaded machine is not counted; ``--wall`` uses ``perf_counter`` instead); the table gives the medians over the
 steps and the median of the per-step ratios (ours / C), with the load average before and after.
 
     GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_sampler.py [--steps 30] [--chains default,all-on]
@@ -49,6 +50,9 @@ CHAINS = {
 }
 
 
+_clock = time.thread_time  # CPU time of this thread: a preemption (7 other agents on 2 cores) is not counted
+
+
 def make_logits(rng: np.random.Generator, n: int, ties: bool) -> np.ndarray:
     x = rng.standard_normal(n).astype(np.float32) * np.float32(2.5)
     return (np.round(x * 2) / 2).astype(np.float32) if ties else x
@@ -72,13 +76,13 @@ def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0):
         lg = make_logits(rng, n, ties)
         # whole chain, C then ours
         c.cand.fill(lg)
-        t0 = time.perf_counter()
+        t0 = _clock()
         L.llama_sampler_apply(c.chain, ctypes.byref(c.cand.arr))
-        t1 = time.perf_counter()
+        t1 = _clock()
         want = c.cand.result().token
-        t2 = time.perf_counter()
+        t2 = _clock()
         got = ours.sample(lg)
-        t3 = time.perf_counter()
+        t3 = _clock()
         if got != want:
             raise SystemExit(f"MISMATCH n={n} ties={ties}: ours {got} vs C {want}")
         whole.append((t3 - t2, t1 - t0))
@@ -87,16 +91,16 @@ def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0):
         ct = []
         for i in range(len(names)):
             s = L.llama_sampler_chain_get(c_st.chain, i)
-            t0 = time.perf_counter()
+            t0 = _clock()
             L.llama_sampler_apply(s, ctypes.byref(c_st.cand.arr))
-            ct.append(time.perf_counter() - t0)
+            ct.append(_clock() - t0)
         want_st = c_st.cand.result().token
         cand = Candidates.from_logits(ours_st._logits(lg), copy=False)
         ot = []
         for st in ours_st.steps:
-            t0 = time.perf_counter()
+            t0 = _clock()
             st.apply(cand)
-            ot.append(time.perf_counter() - t0)
+            ot.append(_clock() - t0)
         got_st = int(cand.ids[cand.selected])
         if got_st != want_st:
             raise SystemExit(f"MISMATCH (stages) n={n} ties={ties}: ours {got_st} vs C {want_st}")
@@ -124,10 +128,15 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--chains", default=",".join(CHAINS))
     ap.add_argument("--sizes", default="32000,262144")
+    ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
     a = ap.parse_args()
+    global _clock
+    if a.wall:
+        _clock = time.perf_counter
     load = os.getloadavg()
     print(f"# load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {a.steps} steps per row; "
-          "medians (ms) of interleaved steps, ratio = median of per-step ours/C")
+          f"medians (ms, {'wall clock' if a.wall else 'thread CPU time'}) of interleaved steps, "
+          "ratio = median of per-step ours/C")
     for chain in a.chains.split(","):
         p = CHAINS[chain]
         for n in (int(x) for x in a.sizes.split(",")):
