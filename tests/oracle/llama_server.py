@@ -157,6 +157,21 @@ class LlamaServer:
         return self.request("GET", path, **kw)
 
 
+def completion(srv: LlamaServer, body: dict[str, Any]) -> dict[str, Any]:
+    """``POST /completion`` with token ids returned: ``{"tokens", "content", "probs", "stop_type", "cached",
+    "timings", "raw"}``; ``probs`` is per token ``(id, logprob, [(id, logprob), ...])`` when ``n_probs`` > 0.
+
+    Raises RuntimeError on an error answer (with llama-server's message).
+    """
+    r = srv.post("/completion", {**body, "return_tokens": True})
+    if "error" in r or "tokens" not in r:
+        raise RuntimeError(f"llama-server answered {r}")
+    probs = [(p["id"], p["logprob"], [(t["id"], t["logprob"]) for t in p["top_logprobs"]])
+             for p in r.get("completion_probabilities", [])]
+    return {"tokens": r["tokens"], "content": r["content"], "probs": probs, "stop_type": r["stop_type"],
+            "cached": r["timings"]["cache_n"], "timings": r["timings"], "raw": r}
+
+
 if __name__ == "__main__":
     print(llama_server_binary())
     sys.exit(0)

@@ -1,0 +1,47 @@
+"""constrained.llama.generate against the real llama-server (built from the same sources, tests/oracle/llama_server.py)
+started with its defaults and with other flag sets: the same token ids, text, n_probs probabilities and number of
+cached prompt tokens for every `/completion` request (series of requests share prefixes with cache_prompt on).
+
+Counts per model: 24 requests at the server's defaults + 4 for each of 5 other flag sets = 44 per model (see
+tests/llama_server_parity.py); the bigger sweep is scripts/llama_server_parity_sweep.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from constrained.flags import parse_server_args
+from constrained.llama import load_model, smollm2_model_path
+from sampler import Params
+from tests.llama_server_parity import FLAG_SETS, run_series, series
+from tests.oracle.llama_server import LlamaServer
+
+MODELS = ["gemma3-270m", "smollm2-135m"]
+
+
+@pytest.fixture(scope="module")
+def model_paths(default_model_path: str) -> dict[str, str]:
+    return {"gemma3-270m": default_model_path, "smollm2-135m": smollm2_model_path()}
+
+
+@pytest.mark.parametrize("flag_set", list(FLAG_SETS))
+@pytest.mark.parametrize("model", MODELS)
+def test_same_tokens_as_llama_server(model: str, flag_set: str, model_paths: dict[str, str]) -> None:
+    path = model_paths[model]
+    flags = FLAG_SETS[flag_set]
+    args = parse_server_args(flags)
+    llm = load_model(path, args)
+    base = Params.from_gguf(path, base=args.sampling, user_set=args.sampling_user_set)
+    n = 0
+    bad = []
+    try:
+        with LlamaServer(["-m", path, *flags]) as srv:
+            for bodies in series()[flag_set]:
+                for body, diffs in run_series(srv, llm, base, bodies):
+                    n += 1
+                    if diffs:
+                        bad.append((body, diffs))
+    finally:
+        llm.close()
+    assert n >= 4
+    assert not bad, f"{len(bad)} of {n} requests differ ({model}, {flag_set}): {bad[:3]}"
