@@ -123,7 +123,8 @@ class Dist:
                 c.p = (p / np.cumsum(p, dtype=np.float64)[-1]).astype(_F32)
             return
         with np.errstate(invalid="ignore", over="ignore"):
-            p = mathf.expf_vec(c.logits - m)
+            z = c.logits - m
+        p = mathf.expf_vec(z)  # outside the errstate: see expf_vec
         run = np.cumsum(p, dtype=np.float64)  # float p added to a double running sum, in array order
         total = run[-1]
         tgt = total * uniform_real_double(self.rng)

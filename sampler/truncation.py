@@ -202,7 +202,8 @@ class TopNSigma(_Stateless):
         mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
         # acc is a float; each term is pow(l - mean, 2) in double, added in double and rounded back to float
         with np.errstate(invalid="ignore", over="ignore"):
-            accf = sq_dev_sum(vals - mean)
+            d = vals - mean
+        accf = sq_dev_sum(d)  # outside the errstate (which slows every ufunc call inside it)
         std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
         thr = _F32(mx - _F32(self.n * std))
         low = lg.min()
