@@ -1,6 +1,7 @@
 """The ``constrained`` command line.
 
     constrained generate --prompt TEXT [--schema FILE | --grammar FILE | --json] [--model GGUF] [--seed N] ...
+                         [-- LLAMA-SERVER FLAGS: -fa off --swa-full -b 512 -ub 128 --ctx-checkpoints 0 ...]
     constrained grammar --schema FILE          print the GBNF llama-server would use for a JSON schema
     constrained check GRAMMAR_FILE             report GBNF syntax errors with line, column and caret
     constrained serve [llama-server flags]     an HTTP server that answers as llama-server does
@@ -142,13 +143,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
             model_path = gen.default_model_path()
         except ConstrainedError as err:
             raise _Fail(EXIT_MODEL, str(err)) from err
+    from .flags import FlagError, parse_server_args
+
+    server_argv = list(args.server_flags)
+    if args.ctx_size is not None:
+        server_argv += ["-c", str(args.ctx_size)]
+    if args.threads is not None:
+        server_argv += ["-t", str(args.threads)]
+    try:
+        sargs = parse_server_args(server_argv)
+    except FlagError as err:
+        raise _Fail(EXIT_INPUT, str(err)) from err
     _progress(f"loading model {model_path} ...")
     try:
-        llm = gen.load_model(model_path, n_ctx=args.ctx_size, n_threads=args.threads)
+        llm = gen.load_model(model_path, sargs)
     except ConstrainedError as err:
         raise _Fail(EXIT_MODEL, str(err)) from err
     try:
-        base = Params.from_gguf(model_path)
+        base = Params.from_gguf(model_path, base=sargs.sampling, user_set=sargs.sampling_user_set)
         params = Params.from_request(_request_body(args), base=base, vocab=gen.vocabulary_of(llm))
     except ValueError as err:
         raise _Fail(EXIT_INPUT, f"invalid sampling parameters: {err}") from err
@@ -201,8 +213,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", "-s", type=int, help="sampler seed (default: random, as llama-server)")
     g.add_argument("--n-predict", "-n", type=int, default=256, help="most tokens to generate (default 256)")
     g.add_argument("--stop", action="append", help="a stop string (repeatable)")
-    g.add_argument("--ctx-size", "-c", type=int, default=2048, help="context size (default 2048)")
-    g.add_argument("--threads", "-t", type=int, default=1, help="CPU threads (default 1)")
+    g.add_argument("--ctx-size", "-c", type=int, default=None,
+                   help="context size (default: llama-server's, the model's training context)")
+    g.add_argument("--threads", "-t", type=int, default=None, help="CPU threads (default: physical cores)")
     g.add_argument("--trace", action="store_true", help="print a per-token table (id, piece, probability, redrawn)")
     for flag, field, typ in SAMPLER_FLAGS:
         g.add_argument(flag, dest=field, type=typ, default=None, help=f"llama-server's '{field}'")
@@ -229,7 +242,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .server.main import serve
 
         return serve(argv[1:])
-    args = build_parser().parse_args(argv)
+    # after "--": llama-server flags (-fa off, --swa-full, -b 512, --ctx-checkpoints 0, ...) for the model's context
+    extra: list[str] = []
+    if "--" in argv:
+        k = argv.index("--")
+        argv, extra = argv[:k], argv[k + 1:]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if extra and getattr(args, "command", None) != "generate":
+        parser.error("llama-server flags after '--' are only for 'generate'")
+    args.server_flags = extra
     if getattr(args, "command", None) == "generate" and args.trace and args.n_probs is None:
         args.n_probs = 1
     try:

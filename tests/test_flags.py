@@ -113,3 +113,13 @@ def test_server_args_is_frozen() -> None:
     with pytest.raises(AttributeError):
         a.port = 1  # type: ignore[misc]
     assert a.replace(port=9).port == 9
+
+
+def test_cli_takes_llama_server_flags_after_double_dash(capsys) -> None:
+    from constrained.cli import main
+
+    assert main(["generate", "--prompt", "x", "--model", "/nonexistent.gguf", "--", "--no-such-flag"]) == 2
+    assert "error: invalid argument: --no-such-flag" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--model", "/nonexistent.gguf", "--", "--lora", "a"]) == 2
+    assert "--lora is not supported" in capsys.readouterr().err
+    assert main(["generate", "--prompt", "x", "--model", "/nonexistent.gguf", "--", "-fa", "off"]) == 3
