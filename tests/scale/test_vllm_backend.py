@@ -103,3 +103,21 @@ def test_bad_grammars_fail_only_their_own_request(llm: LLM, smollm2_gguf: Path) 
     assert outs[0].outputs[0].finish_reason == "error" and not outs[0].outputs[0].token_ids
     assert outs[1].outputs[0].finish_reason == "stop" and outs[1].outputs[0].text in ("yes.", "no.")
     replay(vocab_model(smollm2_gguf), good.structured_outputs.grammar, list(outs[1].outputs[0].token_ids), "stop")
+
+
+def test_batch_extract_example_writes_valid_json_lines(llm: LLM, tmp_path: Path) -> None:
+    import importlib.util
+    import json
+
+    from tests.scale import ROOT
+
+    spec = importlib.util.spec_from_file_location("batch_extract", ROOT / "examples" / "batch_extract.py")
+    ex = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ex)
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps(d) + "\n" for d in ex.DOCS))
+    seen: list[int] = []
+    recs = list(ex.extract(llm, ex.read_jsonl(docs), ex.SCHEMA, batch=2, max_tokens=48, progress=seen.append))
+    assert [r["id"] for r in recs] == [d["id"] for d in ex.DOCS] and seen == [2, 3]
+    assert all(r["valid"] and r["finish_reason"] == "stop" for r in recs), recs
+    check_json(json.dumps(recs[0]["data"]), ex.SCHEMA)
