@@ -198,8 +198,8 @@ def _keywords() -> dict[str, Any]:
             else:
                 extras = sorted(extras, key=str)
                 verb = "was" if len(extras) == 1 else "were"
-                yield ValidationError("Additional properties are not allowed (%s %s unexpected)"
-                                      % (", ".join(repr(e) for e in extras), verb))
+                listed = ", ".join(repr(e) for e in extras)
+                yield ValidationError(f"Additional properties are not allowed ({listed} {verb} unexpected)")
 
     return {"pattern": pattern, "patternProperties": pattern_properties,
             "additionalProperties": additional_properties}

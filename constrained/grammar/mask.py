@@ -133,12 +133,14 @@ VISIT_COST = 1000
 class WorkBudget:
     """A counter of row steps that raises :class:`GrammarLimitError` when ``limit`` is spent."""
 
-    __slots__ = ("left", "limit", "spent_total")
+    __slots__ = ("left", "limit", "spent_total", "rows", "visits")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.left = limit
         self.spent_total = 0
+        self.rows = 0        # candidates looked at, summed over (stack, depth) visits (llama.cpp's unit)
+        self.visits = 0      # (stack, depth) visits
 
     def spend(self, k: int) -> None:
         self.left -= k
@@ -213,10 +215,14 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             ids = t.ids[:k0]
             acc[:k0] |= (ids == values[top]) if ty == TOKEN else (ids != values[top])
             work.spend(n)
+            work.rows += n
+            work.visits += 1
             continue
         acc[k0:] |= none_left | _partial_match(g, top, val_t, rem_t)
         matched = _first_rows_cached(g, top, t)
         matched = matched[~acc[matched]]
+        work.rows += len(matched) + (n - k0)
+        work.visits += 1
         if len(matched):
             sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
             acc[matched[sub]] = True
@@ -254,6 +260,8 @@ def _acc_stack(g: GrammarRules, t: TokenTable, s: Stack, rows: np.ndarray, d: in
     ``rows`` ascending, so their lengths (all >= d) are non-increasing and the ended ones are a tail."""
     m = len(rows)
     work.spend(m + VISIT_COST)
+    work.rows += m
+    work.visits += 1
     k = int(np.searchsorted(rows, t.longer[d])) if d < len(t.longer) else m
     a = np.zeros(m, dtype=bool)
     types = g.types

@@ -29,7 +29,16 @@ import numpy as np
 from ..errors import ConstrainedError
 from ..vocab import Vocabulary
 from .ir import ParsedGrammar
-from .mask import DEFAULT_MATCHER_LIMITS, VISIT_COST, LocalInfo, MatcherLimits, WorkBudget, by_id, local_info, walk
+from .mask import (
+    DEFAULT_MATCHER_LIMITS,
+    VISIT_COST,
+    LocalInfo,
+    MatcherLimits,
+    WorkBudget,
+    by_id,
+    local_info,
+    walk,
+)
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
 from .tokenindex import apply_view, decode_utf8, vocab_index
 

@@ -151,8 +151,10 @@ class GrammarRules:
         if set(map(type, values)) - {int}:
             values = list(map(int, values))
         n_rules = len(self.rule_start)
-        bad_ref = next((v for t, v in zip(types, values) if t == RULE_REF and not 0 <= v < n_rules), None) \
-            if RULE_REF in types else None
+        bad_ref = None
+        if RULE_REF in types:
+            bad_ref = next((v for t, v in zip(types, values, strict=True) if t == RULE_REF and not 0 <= v < n_rules),
+                           None)
         if bad_ref is not None:
             raise GrammarStateError(f"rule reference {bad_ref} out of range ({n_rules} rules)")
         if not 0 <= parsed.root_id < n_rules:
