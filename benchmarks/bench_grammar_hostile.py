@@ -1,0 +1,144 @@
+#!/usr/bin/env python
+"""Mask latency distribution and peak memory, ours vs llama.cpp's grammar sampler in the same run, on the benchmark's
+JSON schemas and on hostile grammars: an ``enum`` of 2,000 strings, an object with 1,000 required properties and the
+ambiguous ``s ::= " " s "b" | " " s "c" | "d"``.
+
+Each workload runs in its own process (so its peak RSS is its own, vocabulary included) on a freshly compiled
+grammar: a document is teacher-forced token by token; at each step we time our first mask of the state (*first
+pass*: whatever per-suffix walks it needs are computed then), our mask again without the per-state cache (*fresh
+state*: the per-suffix caches warm), and llama.cpp's mask; the masks are compared for equality. No ``precompute()``.
+
+    GGML_NO_BACKTRACE=1 nice .venv/bin/python benchmarks/bench_grammar_hostile.py --vocab gemma-4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import resource
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+AMBIGUOUS = 'root ::= s\ns ::= " " s "b" | " " s "c" | "d"'
+
+
+def _workloads() -> dict[str, tuple[str, bytes, int]]:
+    """name -> (GBNF, document, steps)."""
+    import numpy as np
+
+    from constrained.json_schema import json_schema_to_gbnf
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_grammar import SCHEMAS, _doc
+
+    rng = np.random.default_rng(0)
+    out = {}
+    for name, schema in SCHEMAS.items():
+        out[name] = (json_schema_to_gbnf(schema), json.dumps(_doc(name, rng), ensure_ascii=False).encode(), 400)
+    out["enum2000"] = (json_schema_to_gbnf({"enum": [f"v{i}" for i in range(2000)]}), b'"v1234"', 400)
+    n = 1000
+    props = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
+             "required": [f"p{i}" for i in range(n)]}
+    out["props1000"] = (json_schema_to_gbnf(props), ("{" + ", ".join(f'"p{i}": {i}' for i in range(n)) + "}").encode(),
+                        120)
+    out["ambiguous"] = (AMBIGUOUS, b"      d" + b"bc" * 3, 400)
+    return out
+
+
+def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
+    import numpy as np
+
+    from constrained import Grammar
+    from constrained.grammar.matcher import compile_grammar
+    from tests.matcher_support import oracle_vocab
+    from tests.oracle.llama import CGrammar
+
+    vm, vocab = oracle_vocab(vocab_name)
+    from constrained.grammar.tokenindex import vocab_index
+
+    vocab_index(vocab)
+    base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    gbnf, doc, steps = _workloads()[name]
+    t = time.perf_counter()
+    cg = compile_grammar(Grammar.from_gbnf(gbnf), vocab)
+    t_compile = time.perf_counter() - t
+    t = time.perf_counter()
+    c = CGrammar(vm, gbnf)
+    t_compile_c = time.perf_counter() - t
+    m = cg.matcher()
+    by_piece = {p: i for i, p in enumerate(vocab.pieces) if p and not vocab.eog_ids.__contains__(i)}
+    longest = max(map(len, by_piece))
+    first, fresh, llama = [], [], []
+    at, equal = 0, True
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        mask = m.mask()
+        t1 = time.perf_counter()
+        cg.mask_for(m.stacks, m.partial_utf8, state_cache=False)
+        t2 = time.perf_counter()
+        cm = c.mask()
+        t3 = time.perf_counter()
+        equal &= bool(np.array_equal(mask, cm))
+        first.append(t1 - t0)
+        fresh.append(t2 - t1)
+        llama.append(t3 - t2)
+        if at >= len(doc):
+            break
+        tok = next((by_piece[doc[at:at + j]] for j in range(min(longest, len(doc) - at), 0, -1)
+                    if doc[at:at + j] in by_piece and mask[by_piece[doc[at:at + j]]]), None)
+        if tok is None:
+            break
+        m.accept_token(tok)
+        c.accept(tok)
+        at += len(vocab.pieces[tok])
+    c.free()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    q.put({"name": name, "steps": len(first), "equal": equal, "first": first, "fresh": fresh, "llama": llama,
+           "compile": t_compile, "compile_c": t_compile_c, "rss_mb": peak / 1024, "base_mb": base_rss / 1024})
+
+
+def _stats(xs: list[float]) -> tuple[float, float, float]:
+    import numpy as np
+
+    a = np.asarray(xs) * 1e3
+    return float(np.median(a)), float(np.percentile(a, 99)), float(a.max())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--vocab", default="gemma-4")
+    ap.add_argument("--only", nargs="*")
+    args = ap.parse_args()
+    names = args.only or list(_workloads())
+    ctx = mp.get_context("spawn")
+    print(f"vocabulary {args.vocab}; load average {os.getloadavg()[0]:.2f} at start")
+    print(f"{'workload':10} {'steps':>5} {'eq':>3} | {'first-pass ms med / p99 / max':>30} | "
+          f"{'fresh-state ms med / p99 / max':>30} | {'llama.cpp ms med / p99 / max':>29} | {'ratio':>6} | "
+          f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6}")
+    bad = 0
+    for name in names:
+        q = ctx.Queue()
+        p = ctx.Process(target=_run, args=(args.vocab, name, q))
+        p.start()
+        r = q.get()
+        p.join()
+        f, s, ll = _stats(r["first"]), _stats(r["fresh"]), _stats(r["llama"])
+        bad += not r["equal"]
+        print(f"{name:10} {r['steps']:5d} {'yes' if r['equal'] else 'NO':>3} | "
+              f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} | {s[0]:8.3f} / {s[1]:8.2f} / {s[2]:8.2f} | "
+              f"{ll[0]:8.2f} / {ll[1]:7.1f} / {ll[2]:7.1f} | {sum(r['llama']) / sum(r['first']):5.1f}x | "
+              f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f}",
+              flush=True)
+    print(f"ratio = llama.cpp's total mask time / our total first-pass mask time; load average {os.getloadavg()[0]:.2f}"
+          " at the end")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
