@@ -683,10 +683,12 @@ def sort_segments_perm(keys: np.ndarray, bounds: np.ndarray, descending: bool = 
         # key repeated across segments only makes this a superset
         dups = np.unique(srt[1:][eq]).astype(np.int64)
         starts, ends = b[:-1], b[1:]
-        has = np.isin(hi, dups)
         nonempty = ends > starts
         hit = np.zeros(starts.size, dtype=bool)
-        hit[nonempty] = np.add.reduceat(has, starts[nonempty]) > 0
+        # a segment may hold a repeated key if one lies within its key range (a superset, as _introsort's own test)
+        lo = np.minimum.reduceat(hi, starts[nonempty])
+        up = np.maximum.reduceat(hi, starts[nonempty])
+        hit[nonempty] = np.searchsorted(dups, lo, "left") < np.searchsorted(dups, up, "right")
         _introsort(codes, starts[hit].tolist(), ends[hit].tolist(), dups=dups)
     order = np.lexsort((codes >> 32, segid))  # stable: the final insertion sort of every segment
     return codes[order] & _LOW
