@@ -206,18 +206,10 @@ class TopNSigma(_Stateless):
         accf = sq_dev_sum(d)  # outside the errstate (which slows every ufunc call inside it)
         std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
         thr = _F32(mx - _F32(self.n * std))
-        with np.errstate(invalid="ignore"):
-            low = lg < thr  # a NaN threshold masks nothing; NaN logits stay
-        nlow = int(np.count_nonzero(low))
-        if nlow == 0:
-            return
-        if 2 * nlow > lg.size:  # mostly masked (the usual case): write the few survivors into a -inf array
-            keep = np.flatnonzero(~low)
-            out = np.full(lg.size, -np.inf, dtype=_F32)
-            out[keep] = lg[keep]
-        else:
-            out = np.where(low, _F32(-np.inf), lg)
-        c.logits = out
+        low = lg.min()
+        if thr > low or low != low:  # something may be masked (a NaN threshold masks nothing, NaN logits stay)
+            with np.errstate(invalid="ignore"):
+                c.logits = np.where(lg < thr, _F32(-np.inf), lg)
 
 
 class XTC:
