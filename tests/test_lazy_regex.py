@@ -114,3 +114,19 @@ def test_regex_escape_is_common_regex_escape() -> None:
     for w in ["<tool_call>\n", "[TOOL_CALLS]", '{"type": "function",', "a.b"]:
         assert TriggerPattern.compile(regex_escape(w)).literal == w.encode()
         assert regex_find(regex_escape(w), b"xx" + w.encode()) == 2
+
+
+def test_word_shaped_patterns_are_literal_searches() -> None:
+    """``[\\s\\S]*?(W)[\\s\\S]*`` matches iff W occurs; the replay starts at its first (lazy) or last (greedy)
+    occurrence: the lazy matcher searches such patterns as words, and agrees with std::regex."""
+    rng = random.Random(3)
+    for p, last in [(r"[\s\S]*?(<call>)[\s\S]*", False), (r"^[\s\S]*?(<call>)[\s\S]*$", False),
+                    (r"[\s\S]*(<call>)[\s\S]*", True), (r"[\s\S]*?(a)[\s\S]*$", False)]:
+        tp = TriggerPattern.compile(p)
+        lit = tp.literal
+        assert lit is not None and tp.last == last
+        for _ in range(60):
+            t = random_text(rng, 6) + rng.choice([b"", lit, lit + b"x" + lit]) + random_text(rng, 4)
+            want = regex_find(p, t)
+            assert tp.find(t) == want
+            assert (t.rfind(lit) if last else t.find(lit)) == want

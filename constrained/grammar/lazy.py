@@ -205,9 +205,10 @@ class LazyMatcher:
         n = len(buf)
         for k, p in enumerate(self.patterns):
             lit = p.literal
-            if lit is not None:
+            if lit is not None:   # no occurrence in the buffer yet: any is in its tail + the piece
                 cut = max(0, n - len(lit) + 1)
-                where = (bytes(buf[cut:]) + piece).find(lit)
+                tail = bytes(buf[cut:]) + piece
+                where = tail.rfind(lit) if p.last else tail.find(lit)
                 if where >= 0:
                     return k, cut + where
                 continue

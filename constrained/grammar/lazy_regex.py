@@ -373,6 +373,10 @@ class _Parser:
             node = _Node(body + q + (b"?" if lazy else b""), cons, reach, False)
 
 
+# [\s\S]*?(LITERAL)[\s\S]*, optionally anchored: matches iff LITERAL occurs; the group starts at an occurrence
+_WORD_SHAPE = re.compile(r"(\^?)\[\\s\\S\]\*(\??)\(([^()]*)\)\[\\s\\S\]\*(\$?)", re.S)
+
+
 @dataclass(frozen=True)
 class TriggerPattern:
     """One trigger pattern, as ``llama_grammar_trigger_pattern`` (compiled once).
@@ -382,7 +386,11 @@ class TriggerPattern:
         regex: the translated Python pattern over bytes.
         full_first: the text starts with ``^`` and ends with ``$``: a whole-text match is tried first.
         reach: the most bytes a match looks at from its start (None: unbounded).
-        literal: the bytes the pattern matches, when it is a plain literal (no group, no assertion).
+        literal: the bytes whose occurrence in the text is exactly what the pattern matches: the pattern is a plain
+            literal, or ``[\\s\\S]*?(LITERAL)[\\s\\S]*`` (optionally within ``^...$``), the shape of llama.cpp's
+            word triggers; the replay then starts at that occurrence.
+        last: with ``literal``, the replay starts at the last occurrence, not the first (a greedy ``[\\s\\S]*``
+            before the group).
         groups: the number of capture groups.
     """
 
@@ -392,6 +400,7 @@ class TriggerPattern:
     reach: int | None
     literal: bytes | None
     groups: int
+    last: bool = False
 
     @classmethod
     def compile(cls, source: str) -> TriggerPattern:
@@ -405,8 +414,18 @@ class TriggerPattern:
         except re.error as e:  # pragma: no cover - the translation only emits valid Python syntax
             raise TriggerPatternError(f"trigger pattern {source!r}: {e}") from e
         literal = node.literal if parser.groups == 0 and node.literal else None
+        last = False
+        shape = _WORD_SHAPE.fullmatch(source)
+        if shape is not None and literal is None:
+            inner = _Parser(shape.group(3))
+            try:
+                lit_node = inner.parse()
+            except TriggerPatternError:
+                lit_node = None
+            if lit_node is not None and inner.groups == 0 and lit_node.literal:
+                literal, last = lit_node.literal, shape.group(2) != "?"
         return cls(source, regex, source.startswith("^") and source.endswith("$"),
-                   None if node.reach is None else node.reach + 1, literal, parser.groups)
+                   None if node.reach is None else node.reach + 1, literal, parser.groups, last)
 
     @staticmethod
     def _start(m: re.Match) -> int:
