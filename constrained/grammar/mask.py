@@ -400,13 +400,16 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
         if len(unc_rows):
             keys = t.shifted(unc_rows, depths)
             unc_rows = unc_rows[keys.perm]
-    unc = np.zeros(t.n, dtype=bool)
-    unc[unc_rows] = True
-    return LocalInfo(np.packbits(by_id(t, acc)), t.ids[unc_rows], keys, np.packbits(by_id(t, unc)))
+    unc_ids = t.ids[unc_rows]
+    unc = np.zeros(t.n, dtype=bool)       # over token ids directly (a scatter of the few uncertain ones)
+    unc[unc_ids] = True
+    return LocalInfo(np.packbits(by_id(t, acc)), unc_ids, keys, np.packbits(unc))
 
 
 def by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
     """A bool array over the table's rows as one over token ids (the vocabulary table holds every id)."""
+    if t.inv is not None:              # every id once: a gather (twice as fast as the scatter)
+        return acc[t.inv]
     out = np.zeros(t.n, dtype=bool)
     out[t.ids] = acc
     return out

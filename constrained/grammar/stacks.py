@@ -40,7 +40,7 @@ Partial = tuple[int, int]   # (value, n_remain)
 
 _RULES_SERIAL = itertools.count()
 
-CANON_MAX_ELEMENTS = 4096
+CANON_MAX_ELEMENTS = 1024
 """Suffixes whose reachable rules hold more elements than this are not shared between grammars: the structural
 key would cost more to build than it saves (their per-suffix walks are keyed on the grammar instead)."""
 

@@ -107,6 +107,7 @@ class TokenTable:
     order0: np.ndarray = None    # rows with length > 0 sorted by first code point (then by row)
     cp0: np.ndarray = None       # first code points in that order
     longer: np.ndarray = None    # longer[d] = number of rows with length > d (= first row with length <= d)
+    inv: np.ndarray = None       # row of each token id, when the table holds every id once (the vocabulary table)
 
     @property
     def n(self) -> int:
@@ -226,6 +227,7 @@ class VocabIndex:
         self.dead = np.array([(not p) or p[0] == 0 for p in self.pieces], dtype=bool) & ~self.eog
         self._full: dict[int, tuple[list[int], int, int]] = {}   # accept-side decodes, filled on demand
         self.table = _vocab_table(self.pieces, self.eog | self.dead)
+        self.table.inv = np.argsort(self.table.ids).astype(np.intp)
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
