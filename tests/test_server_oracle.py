@@ -139,6 +139,23 @@ JINJA: list[tuple[str, str, str, object]] = [
     ("apply-template-prefill", "POST", "/apply-template",
      {"messages": [*CHAT, {"role": "assistant", "content": "Blue"}]}),
     ("cmpl", "POST", "/completion", {"prompt": "Hello", "n_predict": 4, "seed": 1}),
+    ("chat-json-object", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Give me a JSON object with a name."}], "max_tokens": 40, "seed": 1,
+      "response_format": {"type": "json_object"}}),
+    ("chat-json-schema-stop", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Give me a JSON object with a name."}], "max_tokens": 40, "seed": 0,
+      "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}}),
+    ("chat-json-schema-stream", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Give me a JSON object with a name."}], "max_tokens": 40, "seed": 3,
+      "stream": True, "response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}}),
+    ("chat-const-partial", "POST", "/v1/chat/completions",
+     {"messages": [{"role": "user", "content": "Alice is 31. JSON please."}], "max_tokens": 10, "seed": 1,
+      "json_schema": {"const": "42"}}),
+    ("chat-grammar-jinja", "POST", "/v1/chat/completions",
+     {"messages": CHAT, "max_tokens": 6, "seed": 1, "grammar": 'root ::= "a"{5,5}'}),
+    ("chat-multi-turn", "POST", "/v1/chat/completions",
+     {"messages": [*CHAT, {"role": "assistant", "content": "Blue."}, {"role": "user", "content": "Another?"}],
+      "max_tokens": 6, "temperature": 0}),
 ]
 
 # the comparison is status + error type only: nlohmann's parse-error texts are not reproduced (CHANGELOG)

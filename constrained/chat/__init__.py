@@ -7,6 +7,6 @@
 
 from __future__ import annotations
 
-from .template import CHATML_TEMPLATE, ChatTemplateError, ChatTemplates, render
+from .template import CHATML_TEMPLATE, ChatTemplateError, ChatTemplates, message_delimiters, render
 
-__all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "render"]
+__all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "message_delimiters", "render"]

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from ..chat import ChatTemplates
 from .chat_api import ContentParser, chat_params
-from .engine import Engine, EngineConfig, Final, Partial, Task
+from .engine import Engine, EngineConfig, Final, Partial, Task, user_message_starts
 from .errors import HttpError, middleware_error
 from .jsonout import DONE, PING, dumps, sse
 from .results import (
@@ -306,10 +306,14 @@ def build_app(state: ServerState) -> Starlette:
                 loop.call_soon_threadsafe(q.put_nowait, ev)
 
             params0 = None
+            delims = []
+            for d in data.get("message_delimiters") or []:
+                if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
+                    delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
             for i, p in enumerate(inputs):
                 toks = eng.tokenize_prompt(p)
                 params = state.task_params(data, chat)
-                if chat:
+                if chat and not isinstance(data.get("_chat_format_name"), str):
                     params.chat_format = "Content-only"
                 params0 = params0 or params
                 n = params.n_cmpl
@@ -320,6 +324,10 @@ def build_app(state: ServerState) -> Starlette:
                         cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
                     kids.append(Task(list(toks), cp, emit, index=i * n + j))
                 tasks.append(Task(toks, params, emit, index=i * n, children=kids))
+                if delims:
+                    tasks[-1].user_starts = user_message_starts(toks, delims)
+                    for k in kids:
+                        k.user_starts = tasks[-1].user_starts
         except HttpError:
             raise
         except (ValueError, TypeError, OverflowError) as e:
@@ -460,7 +468,10 @@ def build_app(state: ServerState) -> Starlette:
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
                            chat_template_kwargs=cfg.chat_template_kwargs)
-        return await run_completion(request, body, "chat")
+        from .chat_api import ResponseFormatParser
+
+        return await run_completion(request, body, "chat",
+                                    ResponseFormatParser if body.get("_response_format") else None)
 
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:

@@ -22,7 +22,8 @@ from ..chat import ChatTemplateError, ChatTemplates
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
-__all__ = ["ContentParser", "chat_params", "message_json"]
+__all__ = ["ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json",
+           "response_format_grammar"]
 
 
 def _bad(msg: str) -> HttpError:
@@ -136,6 +137,10 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         raise _server(str(e)) from None
     out["chat_format"] = 0
     out["prompt"] = prompt
+    if jinja:                  # the autoparser's delimiters: the slot checkpoints at user-message starts
+        from ..chat import message_delimiters
+
+        out["message_delimiters"] = [{"role": r, "delimiter": d} for r, d in message_delimiters(templates)]
     if not jinja:
         # common_chat_templates_apply_legacy: the schema's grammar (or the body's grammar), typed tool_calls
         g = ""
@@ -149,15 +154,24 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         if g:
             out["grammar"] = g
             out["grammar_type"] = "tool_calls"
-    else:
+    gen_prompt = ""
+    if jinja:
+        gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
         if not _empty(json_schema):
-            out["json_schema"] = json_schema
+            try:
+                out["grammar"] = response_format_grammar(json_schema, gen_prompt)
+            except Exception as e:  # noqa: BLE001
+                raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
+                           f"JSON schema conversion failed:\n{_schema_errors(e)}") from None
+            out["grammar_type"] = "tool_calls"
+            out["_response_format"] = True
         elif grammar:
             out["grammar"] = grammar
+        out["_chat_format_name"] = "peg-native"
     out["grammar_lazy"] = False
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []
-    out["generation_prompt"] = ""
+    out["generation_prompt"] = gen_prompt
     if _jv(body, "logprobs", False, bool):
         if has_tools and _jv(body, "stream", False, bool):
             raise _bad("logprobs is not supported with tools + stream")
@@ -167,9 +181,62 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     for k, v in body.items():
         if k not in out or k == "n_predict":
             out[k] = v
-    if jinja and "json_schema" in out and "grammar" in out and not body.get("grammar"):
-        out.pop("grammar")
     return out
+
+
+# the JSON rules the PEG builder always emits (common/peg-parser.cpp's json grammar), printed with the others
+_PEG_JSON_RULES = {
+    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
+    "json-bool": '"true" | "false"',
+    "json-null": '"null"',
+    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
+    "json-object": '"{" space ("}" | json-string space ":" space json-value (space "," space json-string space ":" '
+                   'space json-value)* space "}")',
+    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
+    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
+}
+
+
+def _gbnf_literal(text: str) -> str:
+    out = ['"']
+    for ch in text:
+        out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}.get(ch, ch))
+    out.append('"')
+    return "".join(out)
+
+
+def response_format_grammar(schema: Any, gen_prompt: str) -> str:
+    """The grammar llama-server's autoparser builds for ``response_format`` with a content-only template: the
+    generation prompt, optional whitespace, then the schema's JSON either bare or in a ```` ```json ```` fence
+    (chat-auto-parser-generator.cpp), rules printed sorted by name."""
+    rules: dict[str, str] = {}
+    for line in convert_json_schema(schema).gbnf.splitlines():
+        if " ::= " in line:
+            name, body = line.split(" ::= ", 1)
+            rules["response-format-schema" if name == "root" else name] = body
+    rules.update(_PEG_JSON_RULES)
+    rules["response-format"] = "response-format-schema"
+    rules["root"] = (f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
+                     "space response-format space)")
+    rules["space"] = '| " " | "\\n"{1,2} [ \\t]{0,20}'
+    return "".join(f"{k} ::= {rules[k]}\n" for k in sorted(rules))
+
+
+def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict[str, Any],
+                      enable_thinking: bool) -> str:
+    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to the rendered prompt."""
+    try:
+        prepared = t.prepare_messages(msgs)
+        a = t.render_jinja(prepared, add_generation_prompt=False, extra_context=kwargs,
+                           enable_thinking=enable_thinking)
+        b = t.render_jinja(prepared, add_generation_prompt=True, extra_context=kwargs,
+                           enable_thinking=enable_thinking)
+    except ChatTemplateError:
+        return ""
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return b[i:]
 
 
 def _empty(schema: Any) -> bool:
@@ -243,6 +310,33 @@ class ContentParser:
             diffs.append({"content": self.text[len(self.sent):]})
             self.sent = self.text
         return message_json(self.text), diffs
+
+
+class ResponseFormatParser(ContentParser):
+    """The PEG parser's reading of a ``response_format`` answer: the JSON, without the optional ```` ```json ````
+    fence and the whitespace around it."""
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        body = self.text.lstrip()
+        if body.startswith("```json"):
+            body = body[len("```json"):].lstrip()
+            if not is_partial and body.rstrip().endswith("```"):
+                body = body.rstrip()[:-3]
+        try:                               # once the JSON is complete, what follows is the grammar's space
+            json.loads(body)
+            complete = True
+        except ValueError:
+            complete = False
+        if complete:
+            body = body.rstrip()
+        elif not is_partial:               # no complete JSON: the parser gives the text back as it is
+            body = self.text
+        diffs: list[dict[str, Any]] = []
+        if body.startswith(self.sent) and len(body) > len(self.sent):
+            diffs.append({"content": body[len(self.sent):]})
+            self.sent = body
+        return message_json(body), diffs
 
 
 def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:

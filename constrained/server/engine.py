@@ -133,6 +133,7 @@ class Task:
         for c in self.children:
             c.parent = self
         self.cancelled = False
+        self.user_starts: list[int] = []      # message spans: where user messages start (checkpoint breaks)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -410,6 +411,8 @@ class Engine:
                     slot.matcher = g.matcher(self.vocab, trigger_patterns=pats, trigger_tokens=toks)
                 else:
                     slot.matcher = g.matcher(self.vocab)
+                    if p.generation_prompt and p.grammar_type in ("tool_calls", "output_format"):
+                        self._prefill(slot.matcher, p.generation_prompt)
         except ConstrainedError:
             self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
                                         "invalid_request_error"))
@@ -420,6 +423,17 @@ class Engine:
         slot.task = task
         slot.state = "wait_other" if task.parent is not None else "started"
         self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+
+    def _prefill(self, matcher: Any, gen_prompt: str) -> None:
+        """``common_sampler_init``: the generation prompt's tokens fed to the grammar (a leading space token the
+        tokenizer adds before a special token is skipped)."""
+        toks = self.tokenize(gen_prompt, False, True)
+        for i, t in enumerate(toks):
+            piece = self.piece(t, True)
+            if i == 0 and piece[:1].isspace() and not gen_prompt[:1].isspace():
+                continue
+            if not matcher.accept_token(t):
+                raise ValueError("grammar prefill failed for the generation prompt")
 
     def _release(self, slot: _Slot) -> None:
         if slot.task is not None:
@@ -464,10 +478,19 @@ class Engine:
             start = len(s.tokens)
             end = min(next_batch_end(start, n_prompt, n_batch=self.n_batch, n_ubatch=self.n_ubatch,
                                      checkpoints=self.checkpoints_on), start + self.n_batch - n)
+            us = s.task.user_starts if self.checkpoints_on else []
+            step = self.cfg.checkpoint_min_step
+            for p_us in us:                   # break at the last user message, or one past min-step
+                if start < p_us < end and (p_us == us[-1] or not s.checkpoints
+                                           or p_us > s.checkpoints[-1].n_tokens + step):
+                    end = p_us
+                    break
             if self.checkpoints_on:
                 pmin = int(L.llama_memory_seq_pos_min(self.mem, s.id))
-                if checkpoint_decision(s.checkpoints, start, end, n_prompt, n_ubatch=self.n_ubatch, pos_min=pmin,
-                                       min_step=self.cfg.checkpoint_min_step):
+                if (_checkpoint_with_spans(s.checkpoints, start, end, n_prompt, us, self.n_ubatch, pmin, step)
+                        if us else
+                        checkpoint_decision(s.checkpoints, start, end, n_prompt, n_ubatch=self.n_ubatch,
+                                            pos_min=pmin, min_step=step)):
                     pmax = int(L.llama_memory_seq_pos_max(self.mem, s.id))
                     add_checkpoint(s.checkpoints, Checkpoint(start, pmin, pmax, s.task.id, self._state_get(s.id)),
                                    max_checkpoints=self.cfg.ctx_checkpoints, min_step=self.cfg.checkpoint_min_step)
@@ -711,6 +734,32 @@ class Engine:
                     timings=self._timings(s))
         self._release(s)
         task.emit(fin)
+
+
+def _checkpoint_with_spans(cps: list[Checkpoint], start: int, end: int, n_prompt: int, user_starts: list[int],
+                           n_ubatch: int, pos_min: int, min_step: int) -> bool:
+    """:func:`constrained.slot.checkpoint_decision` with message spans (server-context.cpp:3565-3612): a batch that
+    starts a user message may be checkpointed mid-prompt, and the last user message always is."""
+    near_end = n_prompt < end + n_ubatch
+    is_user_start = start in user_starts
+    if end != n_prompt and not is_user_start and not near_end:
+        return False
+    if pos_min < 0:
+        return False
+    return not cps or start == user_starts[-1] or near_end or start > cps[-1].n_tokens + min_step
+
+
+def user_message_starts(tokens: list[int], delimiters: list[tuple[str, list[int]]]) -> list[int]:
+    """``common_chat_msg_delimiters::split`` reduced to what the slot uses: the positions where a user message
+    starts (the first delimiter matching at a position wins, in the order given)."""
+    out: list[int] = []
+    for i in range(len(tokens)):
+        for role, d in delimiters:
+            if d and tokens[i:i + len(d)] == d:
+                if role == "user":
+                    out.append(i)
+                break
+    return out
 
 
 def _trigger_args(triggers: list[dict[str, Any]]) -> tuple[list[str], list[int]]:

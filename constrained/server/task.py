@@ -166,6 +166,8 @@ class TaskParams:
                                                                               t.preserved_tokens))
             if t.grammar_lazy and not t.grammar_triggers:
                 raise ValueError("Field 'grammar_triggers': Error: no triggers set for lazy grammar!")
+        if isinstance(data.get("_chat_format_name"), str):      # set by the chat endpoint (jinja)
+            t.chat_format = data["_chat_format_name"]
         v = data.get("id_slot")
         t.id_slot = v if isinstance(v, int) and not isinstance(v, bool) else -1
         return t
