@@ -234,8 +234,10 @@ def fill_next_token_bitmasks(matchers: Sequence[Any], bitmask: Any, indices: Seq
     """Fill one row per matcher (row ``indices[i]``, default ``i``) of ``bitmask``; returns the "needs apply" flags.
 
     ``None`` in ``matchers`` leaves its row all-allowed (an unconstrained sequence in the batch). With
-    ``max_workers > 1`` the rows are filled on a thread pool in that many chunks: it pays for rows whose state is
-    new (the mask walk is numpy work that releases the GIL); for rows met before, one thread is fastest.
+    ``max_workers > 1`` the rows are filled on a thread pool in that many chunks. Rows whose state was met before
+    cost one row copy each (0.006-0.009 ms per row at batch 256, ``benchmarks/bench_bitmask.py``), for which one
+    thread is fastest; a pool can only help rows whose mask must first be walked (numpy work), and on this 2-core
+    machine that was not measured.
 
     Example:
         >>> from constrained.vocab import Vocabulary
