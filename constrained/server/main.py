@@ -44,8 +44,11 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
                        n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
                        sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
                        cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step)
+    kwargs = dict(a.chat_template_kwargs)
+    if a.reasoning in ("on", "off"):            # --reasoning on|off: enable_thinking for every template
+        kwargs["enable_thinking"] = a.reasoning == "on"
     return ServerConfig(engine=eng, alias=list(a.alias), api_keys=list(a.api_key), jinja=a.jinja,
-                        chat_template=tmpl, chat_template_kwargs=dict(a.chat_template_kwargs),
+                        chat_template=tmpl, chat_template_kwargs=kwargs,
                         endpoint_slots=a.slots, endpoint_metrics=a.metrics, endpoint_props=a.props, ui=a.webui,
                         cors_origins=a.cors_origins, prefill_assistant=a.prefill_assistant)
 
