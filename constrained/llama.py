@@ -327,6 +327,7 @@ def _decode(llm: llama_cpp.Llama, slot: _Slot, toks: Sequence[int]) -> None:
     if rc != 0:
         raise ConstrainedError(f"llama_decode failed with {rc} ({n} tokens at position {pos0})")
     slot.tokens.extend(int(t) for t in toks)
+    llm.input_ids[pos0:pos0 + n] = toks
     llm.n_tokens = len(slot.tokens)
 
 
@@ -355,6 +356,13 @@ def _eval_prompt(llm: llama_cpp.Llama, slot: _Slot, toks: list[int], cache_promp
     mem = L.llama_get_memory(llm.ctx)
     a = slot.args
     slot.n_tasks += 1
+    k = len(slot.tokens)
+    if llm.n_tokens != k or (k and not np.array_equal(llm.input_ids[:k], slot.tokens)):
+        # the context was used outside generate (Llama.eval / reset): start from an empty slot
+        L.llama_memory_seq_rm(mem, 0, -1, -1)
+        slot.tokens.clear()
+        slot.checkpoints.clear()
+        llm.n_tokens = 0
     n_slots, _ = a.resolved_parallel()
     if cache_prompt and n_slots > 1 and slot.tokens:
         # get_available_slot: with several slots a prompt no more similar than --slot-prompt-similarity goes to a
