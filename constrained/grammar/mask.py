@@ -157,7 +157,7 @@ class WorkBudget:
 
 
 def _first_rows_cached(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
-    """:func:`_first_rows`, memoised per table and class (bounded to ~32 MB of row indices per table)."""
+    """:func:`_first_rows`, memoised per table and class (at most ~4 rows' worth of indices per row of the table)."""
     positive, items, _ = g.classes[p]
     cache = t.__dict__.setdefault("_first_cache", {})
     key = (positive, items)
@@ -165,7 +165,7 @@ def _first_rows_cached(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
     if r is None:
         r = _first_rows(g, p, t)
         held = t.__dict__.get("_first_held", 0) + len(r) + 64
-        if held > (4 << 20):
+        if held > 4 * t.n + 65_536:      # a few full row sets per table (its own size bounds the cache)
             cache.clear()
             held = len(r) + 64
         t.__dict__["_first_held"] = held
