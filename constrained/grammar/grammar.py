@@ -152,6 +152,8 @@ class Grammar:
 
         >>> Grammar.from_json_schema({"type": "array", "items": {"type": "boolean"}}).unenforced
         ()
+        >>> Grammar.from_json_schema({"type": "string", "pattern": "^[0-9]{5}$"}, enforce="all").unenforced
+        ()
 
         Raises:
             SchemaError: an invalid schema (with ``.path``), a keyword left unenforced under ``strict``, a grammar

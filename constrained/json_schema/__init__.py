@@ -23,15 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SchemaError
 from . import nodes as _nodes
-from ._gbnf import inverted_repetitions, productive_rules, read_gbnf
-from ._json import load, u
+from ._gbnf import inverted_repetitions, productive_rules, read_gbnf, read_rules
+from ._json import load, path_of, u
 from .converter import Converter
 from .nodes import KEYWORDS, SELECTORS, Keyword
 from .report import UnenforcedKeyword, collect
@@ -156,7 +155,7 @@ def _inverted_path(doc: _nodes.Document) -> str:
     return "#"
 
 
-ENFORCE_MODES = ("llama.cpp",)
+ENFORCE_MODES = ("llama.cpp", "all")
 """``enforce=``: ``"llama.cpp"`` is llama.cpp's exact grammar text; ``"all"`` enforces every keyword a grammar can."""
 
 
@@ -174,13 +173,14 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
     """
     if enforce not in ENFORCE_MODES:
         raise SchemaError(f"enforce must be one of {ENFORCE_MODES}, got {enforce!r}", path="#")
-    value = load(schema)
     if enforce == "all":
         from .enforce import convert_enforced
 
         with _recursion_headroom():
-            gbnf, report = convert_enforced(value)
+            gbnf, report = convert_enforced(load(schema, exact=True))
         return SchemaConversion(gbnf, report, ())
+    widened: list[int] = []
+    value = load(schema, widened=widened)
     with _recursion_headroom():
         try:
             doc = _nodes.build_document(value)
@@ -191,7 +191,7 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
     conv.check_errors()
     text = u(conv.format_grammar())
     try:
-        rules = read_gbnf(text)
+        rules = read_rules(conv.rules)  # bytes in str: the structure is what matters here, not the characters
     except (ValueError, IndexError):
         rules = None  # text outside the reader's subset (a user pattern): llama.cpp's parser will judge it
     if rules is not None and inverted_repetitions(rules):
@@ -204,13 +204,33 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
         path = _unproductive_ref_path(doc)
         raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
                           "contradictory bounds, or an empty character class)", path=path)
-    unenforced = collect(doc, conv, value)
+    unenforced = collect(doc, conv, value) + _widened_values(schema, widened)
     if top != "root":
         # a property named "" at the top level is also named "root" and takes the rule first
         unenforced = (UnenforcedKeyword("#", "properties", f"the root rule is not this schema: a sub-schema took the "
                                         f"name root first, the schema itself became {u(top)}"),) + unenforced
     return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings),
                             conv.rule_paths)
+
+
+def _widened_values(schema: Any, widened: list[int]) -> tuple[UnenforcedKeyword, ...]:
+    """const/enum values holding integers beyond 64 bits: nlohmann reads them as doubles, the literal changes."""
+    out: dict[tuple[str, str], UnenforcedKeyword] = {}
+    for v in widened:
+        where = (path_of(schema, v) or "#") if isinstance(schema, (dict, list)) else "#"
+        parts = where.split("/")
+        for i in range(len(parts) - 1, 0, -1):
+            if parts[i] in ("const", "enum"):
+                at = "/".join(parts[:i]) or "#"
+                out.setdefault((at, parts[i]), UnenforcedKeyword(at, parts[i], f"the integer {v} is read as the "
+                                                                 f"double {float(v)!r}: the grammar writes that"))
+                break
+        else:
+            text = schema.decode("utf-8", "replace") if isinstance(schema, (bytes, bytearray)) else str(schema)
+            if where == "#" and not isinstance(schema, (dict, list)) and ('"const"' in text or '"enum"' in text):
+                out.setdefault(("#", "const"), UnenforcedKeyword("#", "const", f"the integer {v} is read as a "
+                                                                 "double: a const or enum holding it changes"))
+    return tuple(out.values())
 
 
 def json_schema_to_gbnf(schema: Any) -> str:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import random as _random
 import re
 from dataclasses import dataclass
@@ -134,22 +135,35 @@ class _Reader:
         return tuple(items)
 
 
+@functools.lru_cache(maxsize=8192)
+def read_body(body: str) -> Alts:
+    """One rule body (the alternatives after ``::=``); cached, as the same bodies recur in every grammar."""
+    r = _Reader(body)
+    alts = r.alts(False)
+    r.ws(True)
+    if r.i != len(r.s):
+        raise ValueError(f"unexpected {r.s[r.i:r.i + 20]!r} in {body!r}")
+    return alts
+
+
+def read_rules(rules: dict[str, str]) -> dict[str, Alts]:
+    """Rules given as name -> body text."""
+    return {name: read_body(body) for name, body in rules.items()}
+
+
 def read_gbnf(text: str) -> dict[str, Alts]:
     """Rules of a GBNF text (as json_schema_to_gbnf writes it) by name."""
     rules: dict[str, Alts] = {}
     for line in text.split("\n"):
         if not line.strip():
             continue
-        r = _Reader(line)
-        name = r.name()
-        r.ws(False)
-        if r.s[r.i:r.i + 3] != "::=":
+        m = _NAME.match(line)
+        if m is None:
+            raise ValueError(f"expecting a name at {line[:20]!r}")
+        rest = line[m.end():].lstrip(" \t")
+        if not rest.startswith("::="):
             raise ValueError(f"expecting '::=' in {line!r}")
-        r.i += 3
-        rules[name] = r.alts(False)
-        r.ws(True)
-        if r.i != len(r.s):
-            raise ValueError(f"unexpected {r.s[r.i:r.i + 20]!r} in {line!r}")
+        rules[m.group(0)] = read_body(rest[3:])
     return rules
 
 

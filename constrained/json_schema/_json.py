@@ -87,20 +87,20 @@ class _Overflow(Exception):
     """An integer beyond a double (caught by ``load``, which finds its path)."""
 
 
-def _path_of(value: Any, target: Any, path: str = "#", depth: int = 0) -> str | None:
+def path_of(value: Any, target: Any, path: str = "#", depth: int = 0) -> str | None:
     if value is target:
         return path
     if depth > MAX_JSON_DEPTH:
         return None
     items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
     for k, v in items:
-        found = _path_of(v, target, f"{path}/{k}", depth + 1)
+        found = path_of(v, target, f"{path}/{k}", depth + 1)
         if found is not None:
             return found
     return None
 
 
-def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
+def normalize(value: Any, depth: int = 0, budget: list[int] | None = None, exact: bool = False) -> Any:
     """A Python value as the JSON value nlohmann would hold after parsing its dump (ints out of the 64-bit ranges
     become doubles). Raises SchemaError for anything that is not JSON, or larger than the limits."""
     if budget is None:
@@ -113,8 +113,9 @@ def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> An
     if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
-        if INT64_MIN <= value <= UINT64_MAX:
+        if exact or INT64_MIN <= value <= UINT64_MAX:
             return value
+        budget.append(value)  # remembered: the schema holds an integer nlohmann reads as a double
         try:
             return float(value)  # nlohmann reads an integer beyond 64 bits as a double
         except OverflowError:
@@ -135,16 +136,16 @@ def normalize(value: Any, depth: int = 0, budget: list[int] | None = None) -> An
         for k, v in value.items():
             if not isinstance(k, str):
                 raise SchemaError(f"JSON schema object keys must be strings, got {k!r}", path="#")
-            out[normalize(k, depth + 1, budget)] = normalize(v, depth + 1, budget)
+            out[normalize(k, depth + 1, budget, exact)] = normalize(v, depth + 1, budget, exact)
         return out
     if isinstance(value, (list, tuple)):
-        return [normalize(v, depth + 1, budget) for v in value]
+        return [normalize(v, depth + 1, budget, exact) for v in value]
     raise SchemaError(f"JSON schema contains a {type(value).__name__}, which is not JSON", path="#")
 
 
-def load(schema: Any) -> Any:
+def load(schema: Any, exact: bool = False, widened: list[int] | None = None) -> Any:
     """A schema given as a dict (any JSON value), JSON text (str or bytes) or a pydantic model class, as a
-    normalised JSON value.
+    normalised JSON value (``exact``: integers kept as they are; ``widened`` receives the integers read as doubles).
 
     >>> load('{"type": "integer", "maximum": 99999999999999999999}')
     {'type': 'integer', 'maximum': 1e+20}
@@ -160,14 +161,24 @@ def load(schema: Any) -> Any:
             raise SchemaError(f"JSON schema is not valid UTF-8: {e}", path="#") from None
     if isinstance(schema, str):
         try:
-            schema = json.loads(schema, parse_int=_parse_int, parse_float=_parse_float,
+            def parse_int(text: str) -> int | float:
+                value = _parse_int(text)
+                if isinstance(value, float) and widened is not None:
+                    widened.append(int(text))
+                return value
+
+            schema = json.loads(schema, parse_int=int if exact else parse_int, parse_float=_parse_float,
                                 parse_constant=_reject_constant)
         except (ValueError, RecursionError) as e:
             raise SchemaError(f"JSON schema is not valid JSON: {e}", path="#") from None
+    budget = [MAX_JSON_VALUES]
     try:
-        return normalize(schema)
+        out = normalize(schema, budget=budget, exact=exact)
+        if widened is not None:
+            widened.extend(budget[1:])
+        return out
     except _Overflow as e:
-        where = _path_of(schema, e.args[0]) or "#"
+        where = path_of(schema, e.args[0]) or "#"
         digits = len(str(abs(e.args[0])))
         raise SchemaError(f"JSON schema error at {where}: a {digits}-digit integer is beyond a double (nlohmann reads "
                           "integers beyond 64 bits as doubles: 'number overflow')", path=where) from None

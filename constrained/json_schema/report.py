@@ -374,6 +374,9 @@ def _value_types(n: N.Node | None, depth: int = 0) -> frozenset[str]:
     simple = {N.NULL: "null", N.BOOLEAN: "boolean", N.NUMBER: "number", N.INTEGER: "number", N.STRING: "string",
               N.ARRAY: "array", N.TUPLE: "array", N.OBJECT: "object"}
     if n.kind in simple:
+        if not (isinstance(n.schema, dict) and isinstance(n.schema.get("type"), str)):
+            # a kind read from structural keywords (minLength, properties...): the schema itself admits any type
+            return _ALL_TYPES
         return frozenset((simple[n.kind],))
     if n.kind in (N.CONST, N.ENUM):
         def t(v: Any) -> str:

@@ -1,0 +1,119 @@
+"""``enforce="all"`` against llama.cpp's grammar (``enforce="llama.cpp"``) on schemas with many keywords: the share
+fully enforced (empty report), the compile time, and the matcher's mask time on both kinds of grammar.
+
+Schemas: the JSON-Schema-Test-Suite's (drafts 2020-12 and 7, every file) plus hypothesis-drawn schemas from
+``tests/json_schema_strategies`` (deterministic), at least 2,000 in all. Mask time: ``mask()`` at each position of a
+document drawn from the "all" grammar, fresh state per grammar, on gpt-2's vocabulary; llama.cpp mode measured on
+the same schemas' llama.cpp grammars with documents drawn from them.
+
+    .venv/bin/python benchmarks/bench_json_schema_enforce.py [--schemas 2000] [--mask-schemas 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def corpus(n: int) -> list:
+    from hypothesis import HealthCheck, given, settings
+
+    from tests.json_schema_strategies import schemas
+    from tests.json_schema_suite import SUITE
+
+    out: list = []
+    for draft in ("draft2020-12", "draft7"):
+        for path in sorted((SUITE / draft).rglob("*.json")):
+            try:
+                groups = json.loads(path.read_text())
+            except ValueError:
+                continue
+            out += [g["schema"] for g in groups if isinstance(g, dict) and "schema" in g]
+
+    @settings(max_examples=max(0, n - len(out)), deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(schemas(broken=False))
+    def draw(s: dict) -> None:
+        out.append(s)
+
+    draw()
+    return out
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--schemas", type=int, default=2000)
+    ap.add_argument("--mask-schemas", type=int, default=60)
+    args = ap.parse_args()
+    from constrained import Grammar, Vocabulary
+    from constrained.errors import ConstrainedError
+    from constrained.json_schema._gbnf import read_gbnf, sample
+    from tests.oracle.sdist import vocab_gguf
+
+    schemas = corpus(args.schemas)
+    stats = {}
+    grammars: dict[str, list] = {"llama.cpp": [], "all": []}
+    for mode in ("llama.cpp", "all"):
+        times, full, ok = [], 0, 0
+        for s in schemas:
+            t = time.perf_counter()
+            try:
+                g = Grammar.from_json_schema(s, enforce=mode)
+            except ConstrainedError:
+                times.append(time.perf_counter() - t)
+                grammars[mode].append(None)
+                continue
+            times.append(time.perf_counter() - t)
+            ok += 1
+            full += not g.unenforced
+            grammars[mode].append(g)
+        stats[mode] = (ok, full, statistics.median(times) * 1e3, pct(times, 0.99) * 1e3)
+    print(f"schemas: {len(schemas)}  (load average {os.getloadavg()[0]:.1f})")
+    for mode, (ok, full, med, p99) in stats.items():
+        print(f"  {mode:<10} compiled {ok:5d}  fully enforced {full:5d} ({100 * full / len(schemas):5.1f}% of all)  "
+              f"compile median {med:7.2f} ms  p99 {p99:8.2f} ms")
+
+    vocab = Vocabulary.from_gguf(vocab_gguf("gpt-2"))
+    rng = random.Random(5)
+    picked = [i for i in range(len(schemas)) if grammars["all"][i] is not None and grammars["llama.cpp"][i]
+              is not None]
+    rng.shuffle(picked)
+    masks: dict[str, list[float]] = {"llama.cpp": [], "all": []}
+    for i in picked[:args.mask_schemas]:
+        for mode in ("llama.cpp", "all"):
+            g = grammars[mode][i]
+            try:
+                doc = sample(read_gbnf(g.source if hasattr(g, "source") else str(g)), rng, budget=8)
+            except (ValueError, RecursionError):
+                continue
+            m = g.matcher(vocab)
+            data = doc.encode("utf-8", "surrogatepass")
+            for k in range(min(len(data), 40)):
+                t = time.perf_counter()
+                m.mask()
+                masks[mode].append(time.perf_counter() - t)
+                if not m.accept_bytes(data[k:k + 1]):
+                    break
+    for mode, xs in masks.items():
+        print(f"  mask {mode:<10} n={len(xs):5d}  median {statistics.median(xs) * 1e3:7.3f} ms  "
+              f"p99 {pct(xs, 0.99) * 1e3:8.3f} ms")
+    a, b = masks["all"], masks["llama.cpp"]
+    print(f"  ratio all / llama.cpp: median {statistics.median(a) / statistics.median(b):.2f}x  "
+          f"p99 {pct(a, 0.99) / pct(b, 0.99):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
