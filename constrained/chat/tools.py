@@ -39,8 +39,8 @@ from typing import Any
 
 from ..errors import ConstrainedError
 
-__all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_system_prompt",
-           "normalize_tools", "parse_reply", "tool_call_setup"]
+__all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",
+           "generic_system_prompt", "normalize_tools", "parse_reply", "tool_call_setup"]
 
 TOOL_OPEN = "<tool_call>\n"
 TOOL_CLOSE = "</tool_call>"
@@ -199,9 +199,9 @@ def _hermes_grammar(tools: list[Tool], parallel: bool, choice: str) -> str:
     ``auto``: llama-server's lazy grammar (rules sorted bytewise as ``build_grammar`` prints them). ``required``
     (ours): the reply is one or more calls (one when not ``parallel``), nothing before them.
     """
+    from ..json_schema._json import load
     from ..json_schema.converter import Converter
     from ..json_schema.nodes import build_document
-    from ..json_schema._json import load
 
     conv = Converter()
     for name, body in _JSON_RULES.items():
@@ -236,6 +236,37 @@ def generic_system_prompt(tools: list[Tool]) -> str:
         lines.append(json.dumps({"name": t.name, "description": t.description, "parameters": t.parameters},
                                 ensure_ascii=False))
     return "\n".join(lines)
+
+
+def generic_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) -> list[dict[str, Any]]:
+    """The conversation as a template without tool support can render it (our generic format): the tool
+    description joins the system message (one is added if there is none), an assistant's ``tool_calls`` become
+    ``<tool_call>`` blocks in its content, and ``tool`` messages keep their role and content.
+
+    >>> s = tool_call_setup([{"type": "function", "function": {"name": "now"}}], "auto", fmt="generic")
+    >>> m = generic_messages([{"role": "user", "content": "time?"}, {"role": "assistant", "tool_calls": [
+    ...     {"type": "function", "function": {"name": "now", "arguments": "{}"}}]}], s)
+    >>> m[0]["role"], m[2]["content"]
+    ('system', '<tool_call>\\n{"name": "now", "arguments": {}}\\n</tool_call>')
+    """
+    out = [dict(m) for m in messages]
+    if setup.system_prompt:
+        if out and out[0].get("role") == "system":
+            out[0]["content"] = f"{out[0].get('content') or ''}\n\n{setup.system_prompt}".lstrip()
+        else:
+            out.insert(0, {"role": "system", "content": setup.system_prompt})
+    for m in out:
+        calls = m.pop("tool_calls", None) if m.get("role") == "assistant" else None
+        if calls:
+            blocks = []
+            for c in calls:
+                f = c.get("function", c)
+                args = f.get("arguments", "{}")
+                args = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+                blocks.append(f'{TOOL_OPEN}{{"name": {json.dumps(f.get("name"), ensure_ascii=False)}, '
+                              f'"arguments": {args}}}\n{TOOL_CLOSE}')
+            m["content"] = ((m.get("content") or "") + "\n".join(blocks))
+    return out
 
 
 @dataclass
