@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -95,7 +96,14 @@ def run(args: list[str], *, work: Path | None = None, port: int = 18500,
     env.pop("DEBUG_EXTERNAL", None)
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--rootdir",
            str(tests), f"--junitxml={junit}", *args]
-    p = subprocess.run(cmd, cwd=tests, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.Popen(cmd, cwd=tests, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        stdout, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:      # stop pytest and every server it started (one process group)
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, _ = proc.communicate()
+    p = subprocess.CompletedProcess(cmd, proc.returncode, stdout, "")
     outcomes: dict[str, str] = {}
     if junit.exists():
         for tc in ET.parse(junit).getroot().iter("testcase"):
