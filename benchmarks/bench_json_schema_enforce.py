@@ -38,7 +38,7 @@ def corpus(n: int) -> list:
                 continue
             out += [g["schema"] for g in groups if isinstance(g, dict) and "schema" in g]
 
-    @settings(max_examples=max(0, n - len(out)), deadline=None, database=None, derandomize=True,
+    @settings(max_examples=max(1, n - len(out)), deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(schemas(broken=False))
     def draw(s: dict) -> None:
