@@ -49,7 +49,7 @@ def test_create_completion_is_accepted_by_llama_cpp(llm, default_model_path: str
     vm = vocab_model(default_model_path)
     proc = grammar_logits_processor(llm, spec)
     n_prompt = len(llm.tokenize(prompt.encode()))
-    out = llm.create_completion(prompt, max_tokens=32, temperature=0.8, seed=11, logits_processor=proc)
+    out = llm.create_completion(prompt, max_tokens=24, temperature=0.8, seed=11, logits_processor=proc)
     choice = out["choices"][0]
     ids = _completion_ids(llm, n_prompt)
     stopped = choice["finish_reason"] == "stop"
@@ -67,7 +67,7 @@ def test_create_completion_is_accepted_by_llama_cpp(llm, default_model_path: str
 def test_create_chat_completion_with_a_schema(llm, default_model_path: str) -> None:  # noqa: ANN001
     proc = GrammarLogitsProcessor(SCHEMA, llm)
     out = llm.create_chat_completion([{"role": "user", "content": "Name a city and rank it 1-9, as JSON."}],
-                                     max_tokens=48, temperature=0.0, logits_processor=[proc])
+                                     max_tokens=36, temperature=0.0, logits_processor=[proc])
     msg = out["choices"][0]
     assert msg["finish_reason"] == "stop"
     jsonschema.validate(json.loads(msg["message"]["content"]), SCHEMA)

@@ -51,14 +51,13 @@ def _replay(vm, gbnf: str, gen: list[int]) -> tuple[list[int], bool]:  # noqa: A
 def test_generate_batch_with_grammars_per_row_accepted_by_llama_cpp(hf, smollm2_gguf: Path) -> None:  # noqa: ANN001
     tok, model = hf
     vm = vocab_model(smollm2_gguf)
-    specs = [load("arithmetic"), 'root ::= ("yes" | "no") "."', SCHEMA, load("list")]
-    prompts = ["2 plus 3 times 4 is written as ", "Is the sky blue? Answer: ", "Bob is 42. As JSON: ",
-               "Three fruits:\n"]
+    specs = [load("arithmetic"), 'root ::= ("yes" | "no") "."', SCHEMA]
+    prompts = ["2 plus 3 times 4 is written as ", "Is the sky blue? Answer: ", "Bob is 42. As JSON: "]
     proc = GrammarLogitsProcessor(specs, tok)
     enc = tok(prompts, return_tensors="pt", padding=True)
     torch.manual_seed(0)
     out = model.generate(**enc, logits_processor=[proc], eos_token_id=proc.eos_token_id, do_sample=True,
-                         temperature=0.8, max_new_tokens=40, pad_token_id=tok.pad_token_id)
+                         temperature=0.8, max_new_tokens=24, pad_token_id=tok.pad_token_id)
     n_prompt = enc["input_ids"].shape[1]
     ended = 0
     for i, spec in enumerate(specs):
@@ -81,7 +80,7 @@ def test_greedy_json_schema_ends_and_validates(hf, smollm2_gguf: Path) -> None: 
     proc = GrammarLogitsProcessor(schema, tok)
     enc = tok(["Answer in JSON: "], return_tensors="pt")
     out = model.generate(**enc, logits_processor=[proc], eos_token_id=proc.eos_token_id, do_sample=False,
-                         max_new_tokens=30, pad_token_id=tok.pad_token_id)
+                         max_new_tokens=24, pad_token_id=tok.pad_token_id)
     body, done = _replay(vm, _gbnf_of(schema), out[0, enc["input_ids"].shape[1]:].tolist())
     assert done
     jsonschema.validate(json.loads(tok.decode(body)), schema)

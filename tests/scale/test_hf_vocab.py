@@ -43,7 +43,7 @@ def test_smollm2_converted_from_gguf_equals_from_gguf(smollm2_gguf: Path, smollm
     assert a.tokenize("<|im_end|>", parse_special=True) == [2]
 
 
-@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "starcoder"])
+@pytest.mark.parametrize("name", ["llama-spm"])      # SentencePiece; SmolLM2 above is byte-level BPE
 def test_vocab_only_gguf_through_transformers_equals_from_gguf(name: str) -> None:
     p = vocab_gguf(name)
     tok = AutoTokenizer.from_pretrained(str(p.parent), gguf_file=p.name)

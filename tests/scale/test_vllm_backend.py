@@ -59,7 +59,7 @@ def llm(smollm2_hf: Path) -> LLM:
                                    "prompt_lookup_min": 2}, **ENGINE)
 
 
-def _params(kind: str, spec, seed: int, max_tokens: int = 24) -> SamplingParams:  # noqa: ANN001
+def _params(kind: str, spec, seed: int, max_tokens: int = 16) -> SamplingParams:  # noqa: ANN001
     so = SO(grammar=spec) if kind == "grammar" else SO(json=spec) if kind == "json" else SO(choice=spec)
     return SamplingParams(max_tokens=max_tokens, temperature=0.7, seed=seed, structured_outputs=so)
 
@@ -82,7 +82,7 @@ def test_batch_of_grammars_and_schemas_is_accepted_by_llama_cpp(llm: LLM, smollm
                 check_json(c.text, spec)
             if kind == "choice":
                 assert c.text in CHOICES
-        assert len(body) <= 24
+        assert len(body) <= 16
     assert stopped >= 4
     calls = {k: sum(g.calls[k] for g in ConstrainedBackend.recent) for k in ("validate_tokens", "rollback",
                                                                             "fill_bitmask", "accept_tokens")}
@@ -117,7 +117,7 @@ def test_batch_extract_example_writes_valid_json_lines(llm: LLM, tmp_path: Path)
     docs = tmp_path / "docs.jsonl"
     docs.write_text("".join(json.dumps(d) + "\n" for d in ex.DOCS))
     seen: list[int] = []
-    recs = list(ex.extract(llm, ex.read_jsonl(docs), ex.SCHEMA, batch=2, max_tokens=48, progress=seen.append))
+    recs = list(ex.extract(llm, ex.read_jsonl(docs), ex.SCHEMA, batch=2, max_tokens=40, progress=seen.append))
     assert [r["id"] for r in recs] == [d["id"] for d in ex.DOCS] and seen == [2, 3]
     assert all(r["valid"] and r["finish_reason"] == "stop" for r in recs), recs
     check_json(json.dumps(recs[0]["data"]), ex.SCHEMA)

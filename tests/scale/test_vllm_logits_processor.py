@@ -47,7 +47,7 @@ def test_parity_mode_equals_llama_server_sampling_on_vllm_logits(llm: LLM, smoll
     from tests.oracle.server import GRAMMAR_USER, InjectedLogits, ServerSampler, load_model
 
     ConstrainedLogitsProcessor.requests.clear()
-    params = [SamplingParams(max_tokens=20, temperature=1.0, seed=1, extra_args=_body(o, p)) for _, o, p in PARITY]
+    params = [SamplingParams(max_tokens=16, temperature=1.0, seed=1, extra_args=_body(o, p)) for _, o, p in PARITY]
     params.append(SamplingParams(max_tokens=12, temperature=0.8, seed=2,
                                  extra_args=_body({"gbnf": 'root ::= [a-z]+ (" " [a-z]+)*'}, None)))
     params.append(SamplingParams(max_tokens=8, temperature=0.8, seed=3))           # not opted in
@@ -87,7 +87,7 @@ def test_parity_mode_equals_llama_server_sampling_on_vllm_logits(llm: LLM, smoll
             assert body_ids
     finally:
         ctx.free()
-    assert compared >= 20
+    assert compared >= 16
     masked = outs[len(PARITY)].outputs[0]
     replay(vm, 'root ::= [a-z]+ (" " [a-z]+)*', list(masked.token_ids), masked.finish_reason)
     assert outs[-1].outputs[0].token_ids                         # the unconstrained request ran as usual
