@@ -23,7 +23,7 @@ SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "maxLength
 def llm(default_model_path: str):
     from llama_cpp import Llama
 
-    return Llama(default_model_path, n_ctx=512, n_batch=64, n_threads=2, seed=3, verbose=False)
+    return Llama(default_model_path, n_ctx=512, n_batch=64, n_threads=1, seed=3, verbose=False)
 
 
 def _replay(vm, gbnf: str, ids: list[int], stopped: bool) -> None:  # noqa: ANN001
