@@ -24,6 +24,7 @@ SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength
 
 @pytest.fixture(scope="module")
 def hf(smollm2_hf: Path):
+    torch.set_num_threads(1)          # spinning intra-op threads crawl on a shared, loaded 2-core machine
     tok = AutoTokenizer.from_pretrained(str(smollm2_hf))
     tok.padding_side = "left"
     model = AutoModelForCausalLM.from_pretrained(str(smollm2_hf), dtype=torch.float32)
