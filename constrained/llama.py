@@ -463,6 +463,8 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | bytes | Sequence[int], *
     if isinstance(n_predict, bool) or not isinstance(n_predict, (int, np.integer)):
         raise ValueError(f"n_predict must be an integer, got {n_predict!r}")
     n_predict = int(n_predict)
+    if not -1 <= n_predict <= 2147483647:               # as llama-server's request schema refuses it
+        raise ValueError(f"Field 'n_predict': Value must be between -1 <= value <= 2147483647, but got {n_predict}")
     cache_prompt = slot.args.cache_prompt if cache_prompt is None else bool(cache_prompt)
     vocab = vocabulary_of(llm)
     n_vocab = len(vocab)
@@ -529,7 +531,7 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | bytes | Sequence[int], *
             if len(slot.tokens) + 1 >= slot.n_ctx:    # no context shift: the slot is full (process_token)
                 res.stop_reason = "limit"
                 break
-            if n_predict != -1 and n_predict - i <= 0:   # has_budget(): n_predict 0 or < -1 still gives one token
+            if n_predict != -1 and n_predict - i <= 0:   # has_budget(), checked after a token: 0 still gives one
                 res.stop_reason = "limit"
                 break
             tf = time.perf_counter()
@@ -561,7 +563,7 @@ def generate(llm: llama_cpp.Llama, prompt: str | bytes | Sequence[int], *, gramm
         json_mode: constrain to a JSON object (``response_format: {"type": "json_object"}``).
         params: llama-server's sampling parameters (:class:`sampler.Params`); its default seed means random.
         n_predict: the most tokens to generate; -1: no limit but the context (llama-server's default). As in
-            llama-server, 0 and values below -1 still give one token.
+            llama-server, 0 still gives one token and values below -1 are refused.
         stop: a stop string or a list of them (the text is cut before the first one found).
         cache_prompt: reuse the cached prefix of the previous request as llama-server does (default: the
             ``--cache-prompt`` setting the model was loaded with, on unless ``--no-cache-prompt``).

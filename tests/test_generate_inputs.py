@@ -36,15 +36,22 @@ def test_a_stop_string_is_one_string(llm) -> None:
     assert "," in r.text          # read as one stop per character, "," would have cut the text earlier
 
 
-@pytest.mark.parametrize("n_predict, n_tokens", [(0, 1), (-2, 1), (1, 1), (3, 3)])
+@pytest.mark.parametrize("n_predict, n_tokens", [(0, 1), (1, 1), (3, 3)])
 def test_n_predict_as_llama_server(llm, n_predict: int, n_tokens: int) -> None:
-    """llama-server stops only after a token has been generated (``n_gen > 0 && !has_budget()``): 0 and values
-    below -1 give one token (checked on the real binary by test_llama_server_parity's n_predict 0 request)."""
+    """llama-server stops only after a token has been generated (``n_gen > 0 && !has_budget()``): 0 gives one
+    token, below -1 is refused (checked on the real binary by test_llama_server_parity.py::test_n_predict_zero_gives_one_token)."""
     from constrained.llama import generate
     from sampler import Params
 
     r = generate(llm, "Hi", params=Params(seed=1, temp=0.0, samplers=("top_k",), top_k=1), n_predict=n_predict)
     assert len(r.tokens) == n_tokens or r.stop_reason == "eos"
+
+
+def test_n_predict_below_minus_one_is_refused(llm) -> None:
+    from constrained.llama import generate
+
+    with pytest.raises(ValueError, match=r"Field 'n_predict': Value must be between -1 <= value <= 2147483647, but got -2"):
+        generate(llm, "Hi", n_predict=-2)
 
 
 @pytest.mark.parametrize("prompt", [[2, 1.5, 3], [2, "x", 3], [2, True], [2, None]])

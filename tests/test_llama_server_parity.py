@@ -45,3 +45,25 @@ def test_same_tokens_as_llama_server(model: str, flag_set: str, model_paths: dic
         llm.close()
     assert n >= 4
     assert not bad, f"{len(bad)} of {n} requests differ ({model}, {flag_set}): {bad[:3]}"
+
+
+def test_n_predict_zero_gives_one_token(default_model_path: str) -> None:
+    """llama-server checks the budget after a token is drawn: n_predict 0 still gives one token; -2 is refused
+    with the same message."""
+    from constrained.llama import generate
+    flags = ["-c", "512"]
+    args = parse_server_args(flags)
+    llm = load_model(default_model_path, args)
+    base = Params.from_gguf(default_model_path, base=args.sampling, user_set=args.sampling_user_set)
+    bodies = [{"prompt": "Hello", "n_predict": 0, "temperature": 0},
+              {"prompt": "Hello there, friend", "n_predict": 1, "seed": 2, "n_probs": 2}]
+    try:
+        with LlamaServer(["-m", default_model_path, *flags]) as srv:
+            res = run_series(srv, llm, base, bodies)
+            refused = srv.post("/completion", {"prompt": "Hello", "n_predict": -2})
+            with pytest.raises(ValueError) as ei:
+                generate(llm, "Hello", n_predict=-2)
+    finally:
+        llm.close()
+    assert [d for _, d in res] == [[], []]
+    assert refused["error"]["code"] == 400 and refused["error"]["message"] == str(ei.value)
