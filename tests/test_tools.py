@@ -31,10 +31,14 @@ def test_parse_content_and_calls() -> None:
 
 def test_unparsable_reply_is_content_with_a_flag() -> None:
     s = tool_call_setup(TOOLS, "auto")
-    for bad in [CALL + " trailing words", '<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>',
+    for bad in ['<tool_call>\n{"name": "nope", "arguments": {}}\n</tool_call>',
                 "<tool_call>\n{not json", '<tool_call>\n{"name": "add", "arguments": {"a": 1}}']:
         r = parse_reply(bad, s)
         assert r.parse_error and r.content == bad and not r.tool_calls
+    # complete calls before the failure are kept (a second call cut off by max_tokens)
+    for tail in [" trailing words", "\n<tool_call>\n{\"name\": \"add\", \"argu"]:
+        r = parse_reply("ok " + CALL + tail, s)
+        assert r.parse_error and r.content == "ok " and len(r.tool_calls) == 1
 
 
 def test_arguments_are_validated() -> None:

@@ -308,8 +308,9 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
 
     The content is the text before the first ``<tool_call>\\n`` with leading whitespace dropped (the parser's
     ``space`` after the generation prompt); each block must hold ``{"name": <a tool>, "arguments": {...}}``; only
-    whitespace may follow the last block. A reply that breaks these rules is returned whole as content with
-    ``parse_error`` set (llama-server: HTTP 500).
+    whitespace may follow the last block. A reply that breaks these rules has ``parse_error`` set (llama-server:
+    HTTP 500): it is returned whole as content, or, when complete calls came first (the next one cut off by
+    ``max_tokens``, say), with those calls.
     """
     if setup.tool_choice == "none" or not setup.tools:
         return ParsedReply(text)
@@ -320,11 +321,16 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
     content, rest = body[:i], body[i:]
     calls: list[ToolCall] = []
     names = {t.name: t for t in setup.tools}
+
+    def fail(why: str) -> ParsedReply:
+        # nothing parsed: all content; after complete calls (e.g. the next one cut off by max_tokens): keep them
+        return ParsedReply(content, calls, parse_error=why) if calls else ParsedReply(text, parse_error=why)
+
     dec = json.JSONDecoder()
     while rest.strip():
         rest = rest.lstrip()
         if not rest.startswith(TOOL_OPEN):
-            return ParsedReply(text, parse_error=f"text after the tool calls: {rest[:60]!r}")
+            return fail(f"text after the tool calls: {rest[:60]!r}")
         rest = rest[len(TOOL_OPEN):]
         objs = []
         while True:
@@ -332,7 +338,7 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
             try:
                 obj, end = dec.raw_decode(rest)
             except json.JSONDecodeError as e:
-                return ParsedReply(text, parse_error=f"a tool call is not JSON: {e}")
+                return fail(f"a tool call is not JSON (or is cut off): {e}")
             raw = rest[:end]
             objs.append((obj, raw))
             rest = rest[end:].lstrip()
@@ -341,11 +347,11 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
                 continue
             break
         if not rest.startswith(TOOL_CLOSE):
-            return ParsedReply(text, parse_error="a <tool_call> block is not closed")
+            return fail("a <tool_call> block is not closed")
         rest = rest[len(TOOL_CLOSE):]
         for obj, raw in objs:
             if not isinstance(obj, dict) or obj.get("name") not in names or "arguments" not in obj:
-                return ParsedReply(text, parse_error=f"not a call of a declared tool: {raw[:80]!r}")
+                return fail(f"not a call of a declared tool: {raw[:80]!r}")
             args_raw = _arguments_text(raw)
             calls.append(ToolCall(obj["name"], args_raw, ids[len(calls)] if len(calls) < len(ids) else _new_id(),
                                   _validate(obj["arguments"], names[obj["name"]].schema)))
