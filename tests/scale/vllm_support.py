@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import jsonschema
 
 from constrained import Grammar
 from tests.oracle.llama import CGrammar
+
+# one OpenMP thread on one core: spinning threads crawl on a shared, loaded 2-core machine
+os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")
 
 # one small engine: float32 (the CPU kernels), no CUDA graphs, a 256 MiB KV cache, short contexts
 ENGINE = dict(dtype="float32", enforce_eager=True, max_model_len=512, max_num_seqs=16,
