@@ -9,9 +9,15 @@ import numpy as np
 import pytest
 
 from constrained import Grammar
-from constrained.grammar.bitmask import (allocate_token_bitmask, apply_token_bitmask_inplace, bitmask_shape,
-                                         fill_next_token_bitmask, fill_next_token_bitmasks, pack_mask,
-                                         unpack_bitmask)
+from constrained.grammar.bitmask import (
+    allocate_token_bitmask,
+    apply_token_bitmask_inplace,
+    bitmask_shape,
+    fill_next_token_bitmask,
+    fill_next_token_bitmasks,
+    pack_mask,
+    unpack_bitmask,
+)
 from constrained.vocab import Vocabulary
 from tests.scale import run_in_scale_venv
 

@@ -8,9 +8,9 @@ import json
 
 import jsonschema
 import pytest
+from constrained.grammars import load
 
 from constrained import Grammar
-from constrained.grammars import load
 from constrained.llama_processor import GrammarLogitsProcessor, grammar_logits_processor
 from tests.oracle.llama import CGrammar, vocab_model
 

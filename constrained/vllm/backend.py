@@ -28,8 +28,11 @@ from typing import Any, ClassVar
 
 import torch
 from vllm.exceptions import VLLMValidationError
-from vllm.v1.structured_output.backend_types import (StructuredOutputBackend, StructuredOutputGrammar,
-                                                     StructuredOutputOptions)
+from vllm.v1.structured_output.backend_types import (
+    StructuredOutputBackend,
+    StructuredOutputGrammar,
+    StructuredOutputOptions,
+)
 
 from ..constraint import grammar_from_spec
 from ..errors import ConstrainedError

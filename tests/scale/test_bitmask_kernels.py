@@ -13,8 +13,14 @@ import xgrammar as xgr
 from xgrammar.testing import bool_mask_to_bitmask
 
 from constrained import Grammar
-from constrained.grammar.bitmask import (allocate_token_bitmask, apply_token_bitmask_inplace, fill_next_token_bitmask,
-                                         fill_next_token_bitmasks, pack_mask, unpack_bitmask)
+from constrained.grammar.bitmask import (
+    allocate_token_bitmask,
+    apply_token_bitmask_inplace,
+    fill_next_token_bitmask,
+    fill_next_token_bitmasks,
+    pack_mask,
+    unpack_bitmask,
+)
 from constrained.vocab import Vocabulary
 from tests.oracle.sdist import vocab_gguf
 
@@ -94,7 +100,7 @@ def test_matcher_rows_equal_xgrammar_packing_of_our_masks(name: str, width: int)
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
               "required": ["name", "n"]}
     m = Grammar.from_json_schema(schema).matcher(vocab)
-    text = '{"name": "Ann \\u00e9 x", "n": 12}'.encode()
+    text = b'{"name": "Ann \\u00e9 x", "n": 12}'
     # teacher-force the document byte by byte through single-byte tokens where the vocabulary has them
     by_piece = {p: i for i, p in enumerate(vocab.pieces)}
     bm_np = allocate_token_bitmask(len(text) + 1, width)

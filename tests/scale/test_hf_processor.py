@@ -10,11 +10,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 import torch
+from constrained.grammars import load
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from constrained import Grammar
 from constrained.constraint import GrammarRejectedToken
-from constrained.grammars import load
 from constrained.hf import GrammarLogitsProcessor
 from tests.oracle.llama import CGrammar, vocab_model
 

@@ -16,11 +16,11 @@ import constrained.vllm as cv  # noqa: E402
 
 cv.enable()
 
+from constrained.grammars import load  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.sampling_params import StructuredOutputsParams as SO  # noqa: E402
 
-from constrained.grammars import load  # noqa: E402
 from constrained.json_schema import JSON_OBJECT_SCHEMA  # noqa: E402
 from constrained.vllm.backend import ConstrainedBackend, choice_gbnf  # noqa: E402
 from tests.oracle.llama import vocab_model  # noqa: E402

@@ -16,7 +16,6 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 
 from constrained import Grammar  # noqa: E402
-from constrained.grammars import load  # noqa: E402
 from constrained.vllm import ConstrainedLogitsProcessor  # noqa: E402
 from sampler import Params  # noqa: E402
 from tests.oracle.llama import vocab_model  # noqa: E402

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import openai
 import pytest
+from constrained.grammars import load
 
 from constrained import Grammar
-from constrained.grammars import load
 from tests.oracle.llama import vocab_model
 from tests.scale.vllm_support import check_json, replay
 
