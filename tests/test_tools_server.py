@@ -1,12 +1,15 @@
 """Tool-call grammars vs the real llama-server (``--jinja --chat-template-file``, ``"verbose": true``).
 
-For two ``<tool_call>`` templates of the sdist (Qwen 2.5, Hermes 2 Pro) and several tool sets, with
+For the ``<tool_call>`` templates of the sdist (Qwen 2.5 in the suite; Hermes 2 Pro and 3 with
+``CONSTRAINED_TOOLS_ALL=1``) and several tool sets, with
 ``tool_choice: "auto"`` with both ``parallel_tool_calls`` and ``"none"``: the grammar text, ``grammar_lazy``, the
 triggers and the preserved tokens of ``__verbose.generation_settings`` equal ``tool_call_setup``'s. (``required``
 and named choices are deliberately ours: see CHANGELOG.) Every setup's grammar loads in our engine.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -15,7 +18,10 @@ from constrained.grammar import Grammar
 from tests.oracle.llama_server import LlamaServer
 from tests.oracle.sdist import llama_cpp_source
 
-TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja"]
+ALL_TEMPLATES = ["Qwen-Qwen2.5-7B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
+                 "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja"]
+# the suite runs one template (suite time); CONSTRAINED_TOOLS_ALL=1 runs them all (the sweep)
+TEMPLATES = ALL_TEMPLATES if os.environ.get("CONSTRAINED_TOOLS_ALL") else ALL_TEMPLATES[:1]
 
 
 def _fn(name, params=None, desc="d"):
