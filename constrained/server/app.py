@@ -505,15 +505,15 @@ def build_app(state: ServerState) -> Starlette:
             await inner(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        extra = [(b"server", b"llama.cpp")]
+        extra = [(b"Server", b"llama.cpp")]
         origin = headers.get("origin", "")
         if cfg.cors_origins == "*":
-            extra.append((b"access-control-allow-origin", origin.encode("latin-1")))
+            extra.append((b"Access-Control-Allow-Origin", origin.encode("latin-1")))
         elif cfg.cors_origins == "localhost":
             if origin and _is_localhost(origin):
-                extra.append((b"access-control-allow-origin", origin.encode("latin-1")))
+                extra.append((b"Access-Control-Allow-Origin", origin.encode("latin-1")))
         else:
-            extra.append((b"access-control-allow-origin", cfg.cors_origins.encode("latin-1")))
+            extra.append((b"Access-Control-Allow-Origin", cfg.cors_origins.encode("latin-1")))
 
         async def send_h(msg: dict[str, Any]) -> None:
             if msg["type"] == "http.response.start":
@@ -524,9 +524,9 @@ def build_app(state: ServerState) -> Starlette:
         path = scope["path"]
         method = scope["method"]
         if method == "OPTIONS":
-            extra += [(b"access-control-allow-credentials", b"true"),
-                      (b"access-control-allow-methods", b"GET, POST, DELETE, OPTIONS"),
-                      (b"access-control-allow-headers", b"*")]
+            extra += [(b"Access-Control-Allow-Credentials", b"true"),
+                      (b"Access-Control-Allow-Methods", b"GET, POST, DELETE, OPTIONS"),
+                      (b"Access-Control-Allow-Headers", b"*")]
             await Response(b"", media_type="text/html")(scope, receive, send_h)
             return
         if not state.ready:

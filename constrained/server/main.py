@@ -86,7 +86,7 @@ def serve(argv: Sequence[str]) -> int:
     progress(f"listening on http://{hosts[0]}:{a.port}")
     if len(hosts) == 1:
         uvicorn.run(app, host=hosts[0], port=a.port, log_level="warning", access_log=False,
-                    timeout_keep_alive=a.timeout)
+                    timeout_keep_alive=a.timeout, server_header=False, date_header=True)
     else:
         import asyncio
         import socket
@@ -98,7 +98,7 @@ def serve(argv: Sequence[str]) -> int:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((h, a.port))
             socks.append(s)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False))
         asyncio.run(server.serve(sockets=socks))
     state.engine.stop()
     return 0
