@@ -27,8 +27,8 @@ LAYERS: dict[str, int] = {
     "constrained.validation": 3,
     "constrained.chat": 3,
     "constrained.constraint": 3,      # one sequence under a grammar, shared by the engine integrations (hf, vllm...)
-    "constrained.flags": 3,
-    "constrained.slot": 3,            # llama-server's slot bookkeeping: prefix reuse, prompt batches, checkpoints           # llama-server's command line -> load, sampling and server settings
+    "constrained.flags": 3,           # llama-server's command line -> load, sampling and server settings
+    "constrained.slot": 3,            # llama-server's slot bookkeeping: prefix reuse, prompt batches, checkpoints
     "constrained.llama": 4,
     "constrained.hf": 4,
     "constrained.llama_processor": 4,
