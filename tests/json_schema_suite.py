@@ -18,7 +18,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SUITE = Path(__file__).resolve().parents[2] / "shared" / "data" / "JSON-Schema-Test-Suite" / "tests"
+
+def _find_suite() -> Path:
+    """The suite's ``tests`` folder: ``$JSON_SCHEMA_TEST_SUITE``, else the workplace's shared data beside the repo or
+    at /work/shared (the first that exists; a missing suite makes the test fail, naming the places looked at)."""
+    import os
+
+    here = Path(__file__).resolve()
+    candidates = [Path(os.environ["JSON_SCHEMA_TEST_SUITE"])] if os.environ.get("JSON_SCHEMA_TEST_SUITE") else []
+    candidates += [base / "shared" / "data" / "JSON-Schema-Test-Suite" / "tests"
+                   for base in (*here.parents[1:4], Path("/work"))]
+    for c in candidates:
+        if (c / "draft2020-12").is_dir():
+            return c
+    raise FileNotFoundError("JSON-Schema-Test-Suite not found (set JSON_SCHEMA_TEST_SUITE to its tests/ folder); "
+                            "looked in: " + ", ".join(map(str, candidates)))
+
+
+SUITE = _find_suite()
 CORE = ("additionalProperties", "allOf", "anyOf", "boolean_schema", "const", "contains", "default", "enum",
         "exclusiveMaximum", "exclusiveMinimum", "format", "if-then-else", "items", "maxContains", "maxItems",
         "maxLength", "maxProperties", "maximum", "minContains", "minItems", "minLength", "minProperties", "minimum",
@@ -51,7 +68,7 @@ def _orders(value: Any, budget: int = 120) -> list[Any]:
         out = []
         for perm in itertools.islice(itertools.permutations(keys), 24):
             for combo in itertools.islice(itertools.product(*[subs[k] for k in perm]), 8):
-                out.append(dict(zip(perm, combo)))
+                out.append(dict(zip(perm, combo, strict=True)))
                 if len(out) >= budget:
                     return out
         return out or [{}]
