@@ -100,12 +100,12 @@ def compare(srv: dict[str, Any], ours: Any) -> list[str]:
     if ours.stop_reason == "grammar" and len(st) == len(ours.tokens) + 1:
         st = st[:-1]
     if st != ours.tokens:
-        k = next((i for i, (a, b) in enumerate(zip(st, ours.tokens)) if a != b), min(len(st), len(ours.tokens)))
+        k = next((i for i, (a, b) in enumerate(zip(st, ours.tokens, strict=False)) if a != b), min(len(st), len(ours.tokens)))
         out.append(f"tokens differ from index {k}: server {srv['tokens']} ours {ours.tokens}")
     if srv["content"] != ours.text:
         out.append(f"content: server {srv['content']!r} ours {ours.text!r}")
     if srv["probs"]:
-        for i, ((tid, lp, top), mine) in enumerate(zip(srv["probs"], ours.probs)):
+        for i, ((tid, _lp, top), mine) in enumerate(zip(srv["probs"], ours.probs, strict=False)):
             theirs = [(t, p) for t, p in top]
             mine_l = [(q.token, logprob(q.prob)) for q in mine]
             if theirs != mine_l or tid != ours.tokens[i]:

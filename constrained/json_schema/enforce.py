@@ -86,7 +86,7 @@ def _json_equal(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         return Fraction(a) == Fraction(b) if math.isfinite(a) and math.isfinite(b) else a == b
     if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=False))
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
     return type(a) is type(b) and a == b
@@ -719,7 +719,7 @@ class _Enforcer:
 
         def item_subs(i: int) -> list[Sub]:
             subs = list(m.prefix[i]) if i < npre else []
-            subs += [r for r, after in zip(m.rest, [a for a in m.rest_after if a != -1]) if i >= after]
+            subs += [r for r, after in zip(m.rest, [a for a in m.rest_after if a != -1], strict=False) if i >= after]
             return subs
 
         if max_items is not None and m.min_items > max_items:
@@ -847,7 +847,7 @@ class _Enforcer:
             if nm.values is not None:
                 part = literal_dfa([v for v in nm.values if isinstance(v, str)])
             else:
-                for kw in ("anyOf", "oneOf", "not"):
+                for _kw in ("anyOf", "oneOf", "not"):
                     if nm.anyofs or nm.nots:
                         self.unenforced(p, "propertyNames", "propertyNames with anyOf/oneOf/not is not enforced")
                         break
@@ -933,9 +933,9 @@ class _Enforcer:
         for present in itertools.product((False, True), repeat=len(deps)):
             modes = {}
             ok = True
-            for (k, needs), on in zip(deps.items(), present):
+            for k, on in zip(deps, present, strict=False):
                 modes[k] = "must" if on else "never"
-            for (k, needs), on in zip(deps.items(), present):
+            for needs, on in zip(deps.values(), present, strict=False):
                 if on:
                     for nk in needs:
                         if modes.get(nk) == "never":

@@ -444,7 +444,7 @@ def _partition(labels: list[tuple[Charset, int]]) -> list[tuple[Charset, frozens
     """Split overlapping labelled charsets into disjoint pieces, each with the set of targets it leads to."""
     points = sorted({p for cs, _t in labels for lo, hi in cs for p in (lo, hi + 1)})
     groups: dict[frozenset[int], list[tuple[int, int]]] = {}
-    for a, b in zip(points, points[1:]):
+    for a, b in zip(points, points[1:], strict=False):
         targets = frozenset(t for cs, t in labels if _contains(cs, a))
         if targets:
             groups.setdefault(targets, []).append((a, b - 1))
@@ -668,7 +668,7 @@ def _hexcase(d: int) -> str:
 
 def signature(d: DFA) -> tuple:
     """A hashable description of the automaton (equal automata, equal rules)."""
-    return tuple((tuple(es), acc) for es, acc in zip(d.edges, d.accepting))
+    return tuple((tuple(es), acc) for es, acc in zip(d.edges, d.accepting, strict=False))
 
 
 def minimise(d: DFA) -> DFA:
