@@ -503,7 +503,8 @@ def generate_stream(llm: llama_cpp.Llama, prompt: str | bytes | Sequence[int], *
                 probs = tuple(TokenProb(int(t), vocab.pieces[int(t)], float(p))
                               for t, p in zip(raw.ids, raw.probs, strict=True))
             if matcher is not None and not matcher.accept_token(tok):
-                raise ConstrainedError(f"internal error: the grammar rejected the sampled token {tok}")
+                why = getattr(matcher, "dead_end", lambda: None)()   # a grammar that can never match says why
+                raise ConstrainedError(why or f"internal error: the grammar rejected the sampled token {tok}")
             smpl.accept(tok)
             t_sample += time.perf_counter() - ts
             res.tokens.append(tok)

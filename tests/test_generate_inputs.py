@@ -89,3 +89,14 @@ def test_context_is_llama_servers(default_model_path) -> None:
         m.close()
     with pytest.raises(Exception, match="--lora is not supported"):
         load_model(default_model_path, ["--lora", "x.gguf"])
+
+
+def test_a_grammar_that_can_never_match_says_why(llm) -> None:
+    """Issue 16: a grammar that can never match was reported as "internal error"; it now says what it expects."""
+    from constrained import Grammar
+    from constrained.errors import ConstrainedError
+    from constrained.llama import generate
+
+    g = Grammar.from_gbnf('root ::= "a" <[999999]>')
+    with pytest.raises(ConstrainedError, match=r"allows no token here and cannot end: it expects token <\[999999\]>"):
+        generate(llm, "Hi", grammar=g, n_predict=4)
