@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sampler import Params
-from sampler.cconv import samplers_from_chars, samplers_from_names, strtof
+from sampler.cconv import samplers_from_chars, samplers_from_names, strtof, strtol
 
 from .errors import ConstrainedError
 
@@ -146,15 +146,8 @@ def physical_cores() -> int:
 # ---------------------------------------------------------------- value conversions (as common/arg.cpp does them)
 def _stoi(v: str) -> int:
     """``std::stoi``: leading integer, ``invalid_argument`` / ``out_of_range`` otherwise."""
-    s = v.lstrip(" \t\n\v\f\r")
-    i = 1 if s[:1] in "+-" else 0
-    j = i
-    while j < len(s) and s[j].isdigit():
-        j += 1
-    if j == i:
-        raise ValueError("stoi")
-    x = int(s[:j])
-    if not -2**31 <= x < 2**31:
+    x, end = strtol(v)
+    if end == 0 or not -2**31 <= x < 2**31:
         raise ValueError("stoi")
     return x
 

@@ -47,8 +47,8 @@ TOOL_CLOSE = "</tool_call>"
 WORD, PATTERN, PATTERN_FULL, TOKEN = 1, 2, 3, 0
 
 # the rules llama.cpp's PEG builder emits for its generic JSON parser (common/peg-parser.cpp json()), which are
-# reachable from every tool rule
-_JSON_RULES = {
+# reachable from every tool rule and from the response_format grammar of --jinja (constrained.server.chat_api)
+PEG_JSON_RULES = {
     "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
     "json-bool": '"true" | "false"',
     "json-null": '"null"',
@@ -204,7 +204,7 @@ def _hermes_grammar(tools: list[Tool], parallel: bool, choice: str) -> str:
     from ..json_schema.nodes import build_document
 
     conv = Converter()
-    for name, body in _JSON_RULES.items():
+    for name, body in PEG_JSON_RULES.items():
         conv.add_rule(name, body)
     alts = []
     for t in sorted(tools, key=lambda t: _rule_name("tool-" + t.name)):

@@ -19,6 +19,7 @@ import json
 from typing import Any
 
 from ..chat import ChatTemplateError, ChatTemplates
+from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
@@ -184,19 +185,6 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     return out
 
 
-# the JSON rules the PEG builder always emits (common/peg-parser.cpp's json grammar), printed with the others
-_PEG_JSON_RULES = {
-    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
-    "json-bool": '"true" | "false"',
-    "json-null": '"null"',
-    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
-    "json-object": '"{" space ("}" | json-string space ":" space json-value (space "," space json-string space ":" '
-                   'space json-value)* space "}")',
-    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
-    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
-}
-
-
 def _gbnf_literal(text: str) -> str:
     out = ['"']
     for ch in text:
@@ -214,7 +202,7 @@ def response_format_grammar(schema: Any, gen_prompt: str) -> str:
         if " ::= " in line:
             name, body = line.split(" ::= ", 1)
             rules["response-format-schema" if name == "root" else name] = body
-    rules.update(_PEG_JSON_RULES)
+    rules.update(PEG_JSON_RULES)
     rules["response-format"] = "response-format-schema"
     rules["root"] = (f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
                      "space response-format space)")
