@@ -17,10 +17,8 @@ import ctypes
 import functools
 from pathlib import Path
 
-import numpy as np
-
 from tests.oracle.cxx import build_shim
-from tests.oracle.llama import Candidates, VocabModel
+from tests.oracle.llama import CGrammar, VocabModel
 
 HERE = Path(__file__).resolve().parent
 SHIM_SRC = HERE / "lazy_shim.cpp"
@@ -70,51 +68,27 @@ def regex_find(pattern: str | bytes, text: bytes) -> int:
     return int(start.value)
 
 
-class CLazyGrammar:
-    """``llama_sampler_init_grammar_lazy_patterns`` on a vocab-only model (see ``tests.oracle.llama``)."""
+class CLazyGrammar(CGrammar):
+    """``llama_sampler_init_grammar_lazy_patterns`` on a vocab-only model (see ``tests.oracle.llama``); ``allows``,
+    ``mask``, ``clone`` and ``free`` are CGrammar's (the same sampler calls on a lazy sampler)."""
 
     def __init__(self, vm: VocabModel, gbnf: str | bytes, patterns: list[str] | tuple = (),
                  tokens: list[int] | tuple = (), root: str = "root", *, _smpl: object = None) -> None:
-        from llama_cpp import llama_cpp as L
-
-        self._L = L
-        self.vm = vm
-        lib = _lib()
         if _smpl is None:
             text = gbnf.encode() if isinstance(gbnf, str) else gbnf
             pats = (ctypes.c_char_p * max(1, len(patterns)))(*[p.encode() if isinstance(p, str) else p
                                                                  for p in patterns])
             toks = (ctypes.c_int32 * max(1, len(tokens)))(*tokens)
             err = ctypes.create_string_buffer(512)
-            _smpl = lib.lazy_sampler_init(vm.vocab, text, root.encode(), pats, len(patterns), toks, len(tokens),
-                                          err, len(err))
+            _smpl = _lib().lazy_sampler_init(vm.vocab, text, root.encode(), pats, len(patterns), toks, len(tokens),
+                                             err, len(err))
             if not _smpl:
                 raise RegexError(err.value.decode(errors="replace") or "llama.cpp refused the grammar")
-        self.smpl = _smpl
-        self._one = Candidates(1)
-        self._all = Candidates(vm.n_vocab)
-        self._zeros = np.zeros(vm.n_vocab, dtype=np.float32)
+        super().__init__(vm, b"", root, _smpl=_smpl)
 
     @property
     def awaiting(self) -> bool:
         return _lib().lazy_sampler_awaiting(self.smpl) == 1
-
-    def mask(self) -> np.ndarray:
-        """True where ``llama_sampler_apply`` leaves the logit finite (everything, while waiting)."""
-        r = self._all.apply(self.smpl, self._zeros)
-        out = np.zeros(self.vm.n_vocab, dtype=bool)
-        out[r.ids] = np.isfinite(r.logits)
-        return out
-
-    def allows(self, token: int) -> bool:
-        one = self._one
-        one.buf[0] = (token, 1.0, 0.0)
-        one.arr.data = one._ptr
-        one.arr.size = 1
-        one.arr.selected = -1
-        one.arr.sorted = False
-        self._L.llama_sampler_apply(self.smpl, ctypes.byref(one.arr))
-        return bool(np.isfinite(one.buf["logit"][0]))
 
     def accept(self, token: int) -> None:
         """``llama_sampler_accept``; raises LlamaThrew where llama.cpp throws (the state is then llama.cpp's
@@ -133,23 +107,3 @@ class CLazyGrammar:
         finally:
             c.free()
         return False
-
-    def clone(self) -> CLazyGrammar:
-        return CLazyGrammar(self.vm, b"", _smpl=self._L.llama_sampler_clone(self.smpl))
-
-    def free(self) -> None:
-        if self.smpl:
-            self._L.llama_sampler_free(self.smpl)
-            self.smpl = None
-
-    def __enter__(self) -> CLazyGrammar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.free()
-
-    def __del__(self) -> None:  # pragma: no cover - best effort
-        try:
-            self.free()
-        except Exception:
-            pass

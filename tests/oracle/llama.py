@@ -166,7 +166,7 @@ class CGrammar:
         L.llama_sampler_accept(self.smpl, token)
 
     def clone(self) -> CGrammar:
-        return CGrammar(self.vm, b"", _smpl=L.llama_sampler_clone(self.smpl))
+        return type(self)(self.vm, b"", _smpl=L.llama_sampler_clone(self.smpl))
 
     def free(self) -> None:
         if self.smpl:
