@@ -19,21 +19,8 @@ sys.path.insert(0, str(ROOT))
 
 from tests.oracle.llama_server import LlamaServer  # noqa: E402
 from tests.oracle.sdist import llama_cpp_source  # noqa: E402
+from tests.server_support import TEMPLATE_CASES as CASES  # noqa: E402
 
-TEST_TOOL = {"type": "function", "function": {"name": "test", "description": "",
-             "parameters": {"type": "object", "properties": {"success": {"type": "boolean", "const": True}},
-                            "required": ["success"]}}}
-CASES: dict[str, dict] = {
-    "user": {"messages": [{"role": "user", "content": "What is today?"}]},
-    "user-tools": {"messages": [{"role": "user", "content": "What is today?"}], "tools": [TEST_TOOL]},
-    "multi-turn": {"messages": [{"role": "system", "content": "Book"},
-                                {"role": "user", "content": "What is the best book"},
-                                {"role": "assistant", "content": "Dune"},
-                                {"role": "user", "content": "And the second?"}]},
-    "prefill": {"messages": [{"role": "user", "content": "What is the best book"},
-                             {"role": "assistant", "content": "Whill"}]},
-    "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
-}
 OUT = ROOT / "tests" / "data" / "server_templates.json"
 
 

@@ -74,3 +74,22 @@ def events(payload: bytes) -> list[Any]:
         d = block[len(b"data: "):]
         out.append("[DONE]" if d == b"[DONE]" else json.loads(d))
     return out
+
+
+# the conversations of /apply-template comparisons (llama-server's own template tests, plus prefill and no
+# generation prompt): recorded from the real binary by scripts/record_server_templates.py, replayed by
+# tests/test_server_templates.py
+TEMPLATE_TOOL = {"type": "function", "function": {"name": "test", "description": "",
+                 "parameters": {"type": "object", "properties": {"success": {"type": "boolean", "const": True}},
+                                "required": ["success"]}}}
+TEMPLATE_CASES: dict[str, dict] = {
+    "user": {"messages": [{"role": "user", "content": "What is today?"}]},
+    "user-tools": {"messages": [{"role": "user", "content": "What is today?"}], "tools": [TEMPLATE_TOOL]},
+    "multi-turn": {"messages": [{"role": "system", "content": "Book"},
+                                {"role": "user", "content": "What is the best book"},
+                                {"role": "assistant", "content": "Dune"},
+                                {"role": "user", "content": "And the second?"}]},
+    "prefill": {"messages": [{"role": "user", "content": "What is the best book"},
+                             {"role": "assistant", "content": "Whill"}]},
+    "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
+}

@@ -19,20 +19,12 @@ from constrained.chat import template as tm
 from constrained.server.chat_api import chat_params
 from constrained.server.errors import HttpError
 from tests.oracle.sdist import llama_cpp_source
+from tests.server_support import TEMPLATE_CASES
 
 DATA = Path(__file__).parent / "data" / "server_templates.json"
 REC = json.loads(DATA.read_text()) if DATA.exists() else {"templates": {}, "date": "2026-01-01"}
-CASES = {
-    "user": {"messages": [{"role": "user", "content": "What is today?"}]},
-    "user-tools": None,      # tools: the tool-call issue (helper C) renders them
-    "multi-turn": {"messages": [{"role": "system", "content": "Book"},
-                                {"role": "user", "content": "What is the best book"},
-                                {"role": "assistant", "content": "Dune"},
-                                {"role": "user", "content": "And the second?"}]},
-    "prefill": {"messages": [{"role": "user", "content": "What is the best book"},
-                             {"role": "assistant", "content": "Whill"}]},
-    "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
-}
+# tools are rendered by the tool-call layer (constrained.chat.tools), not compared here
+CASES = {k: v for k, v in TEMPLATE_CASES.items() if k != "user-tools"}
 
 # (template, case) -> why our prompt differs from llama-server's
 _PREFILL = """Apertus-8B-Instruct Apriel-1.6-15b-Thinker-fixed Bielik-11B-v3.0-Instruct ByteDance-Seed-OSS Cohere2MoE CohereForAI-c4ai-command-r-plus-tool_use
@@ -64,7 +56,7 @@ def _ours(src: str, body: dict) -> tuple[int, str]:
         return e.status, e.message
 
 
-PARAMS = [(name, case) for name in sorted(REC["templates"]) for case, body in CASES.items() if body is not None]
+PARAMS = [(name, case) for name in sorted(REC["templates"]) for case in CASES]
 
 
 @pytest.mark.parametrize("name,case", PARAMS, ids=[f"{n[:-6]}-{c}" for n, c in PARAMS])
