@@ -37,6 +37,7 @@ from ..errors import ConstrainedError
 from ..grammar import Grammar
 from ..slot import Checkpoint, add_checkpoint, checkpoint_decision, common_prefix, next_batch_end, plan_reuse
 from ..vocab import Vocabulary
+from ..vocab.tokenizer import c_tokenize
 from .errors import HttpError
 from .task import TaskParams
 
@@ -261,13 +262,7 @@ class Engine:
     def tokenize(self, text: str | bytes, add_special: bool, parse_special: bool) -> list[int]:
         """``common_tokenize``."""
         b = text.encode("utf-8") if isinstance(text, str) else text
-        cap = len(b) + 16
-        while True:
-            out = (L.llama_token * cap)()
-            n = L.llama_tokenize(self.vocab_ptr, b, len(b), out, cap, add_special, parse_special)
-            if n >= 0:
-                return list(out[:n])
-            cap = -n
+        return c_tokenize(L, self.vocab_ptr, b, add_special, parse_special, "model")
 
     def detokenize(self, toks: list[int], special: bool) -> bytes:
         """``common_detokenize`` (``remove_special`` false, ``unparse_special`` = ``special``)."""

@@ -20,7 +20,21 @@ from typing import Any
 
 from ..errors import VocabularyError
 
-__all__ = ["GgufTokenizer"]
+__all__ = ["GgufTokenizer", "c_tokenize"]
+
+
+def c_tokenize(L: Any, vocab: Any, text: bytes, add_special: bool, parse_special: bool, what: str = "") -> list[int]:
+    """``llama_tokenize`` through llama-cpp-python's C API (``L``) on a ``llama_vocab *``, growing the buffer to the
+    size llama.cpp asks for; any other failure raises VocabularyError (``what`` names the vocabulary)."""
+    cap = len(text) + 8
+    while True:
+        out = (L.llama_token * cap)()
+        k = L.llama_tokenize(vocab, text, len(text), out, cap, add_special, parse_special)
+        if k >= 0:
+            return list(out[:k])
+        if k == -2147483648 or -k <= cap:          # INT32_MIN: overflow; anything else is an error
+            raise VocabularyError(f"{what}: llama_tokenize failed ({k}) on {text[:40]!r}")
+        cap = -k
 
 
 class GgufTokenizer:
@@ -54,16 +68,7 @@ class GgufTokenizer:
         with self._lock:
             if self._model is None:
                 self._load()
-        L = self._L
-        cap = len(text) + 8
-        while True:
-            out = (L.llama_token * cap)()
-            k = L.llama_tokenize(self._vocab, text, len(text), out, cap, False, parse_special)
-            if k >= 0:
-                return list(out[:k])
-            if k == -2147483648 or -k <= cap:          # INT32_MIN: overflow; anything else is an error
-                raise VocabularyError(f"{self.path.name}: llama_tokenize failed ({k}) on {text[:40]!r}")
-            cap = -k
+        return c_tokenize(self._L, self._vocab, text, False, parse_special, self.path.name)
 
     def __del__(self) -> None:
         model, L = getattr(self, "_model", None), getattr(self, "_L", None)

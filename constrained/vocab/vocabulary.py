@@ -236,14 +236,10 @@ class Vocabulary:
         special = {"bos": L.llama_vocab_bos(vocab), "eos": L.llama_vocab_eos(vocab), "eot": L.llama_vocab_eot(vocab)}
         vtype = {1: "spm", 2: "bpe", 3: "wpm", 4: "ugm"}.get(int(L.llama_vocab_type(vocab)), "")
 
+        from .tokenizer import c_tokenize
+
         def tokenize(text: bytes, parse_special: bool) -> list[int]:
-            cap = len(text) + 8
-            while True:
-                out = (L.llama_token * cap)()
-                k = L.llama_tokenize(vocab, text, len(text), out, cap, False, parse_special)
-                if k >= 0:
-                    return list(out[:k])
-                cap = -k
+            return c_tokenize(L, vocab, text, False, parse_special, name)
 
         v = cls(pieces, eog, attrs=attrs, tokenizer=tokenize, name=name, special_ids=special,
                 suppress_tokens=suppress, vocab_type=vtype)
