@@ -7,10 +7,14 @@ restores the mask; forks are independent; random bytes never crash the matcher.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from constrained.grammar import mask as mask_mod
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.grammar.tokenindex import apply_view, decode_utf8
 from constrained.vocab import Vocabulary
@@ -30,6 +34,9 @@ GRAMMARS = [
     'root ::= ( [x]* )* "b"',
     'root ::= [\\u00e0-\\u00ff]{1,3} [0-1]* | [^\\x00-\\x7f]',
     'root ::= item ("," item)*\nitem ::= "0" | "1" item | ( "{" root "}" )',
+    # loops on a class with disjoint exits (the mask walk's loop shortcut): string bodies, non-ASCII classes
+    'root ::= "\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["b] )* "\\"" [ ]?',
+    'root ::= ( [^\\x00-\\x7f] | [a] )* [<] | [é€]* ( [0-1] | [x] [^a]* )',
 ]
 
 pieces_st = st.lists(st.lists(st.sampled_from(BYTES), min_size=0, max_size=5).map(b"".join), min_size=4, max_size=40)
@@ -67,6 +74,22 @@ def _ordered_rejects(cg: CompiledGrammar, stacks, partial) -> set[int]:  # noqa:
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
 def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
+    # half the examples with the loop shortcut on at any row count (it normally waits for LOOP_MIN_ROWS rows)
+    with _loop_rows(0 if data.draw(st.booleans()) else mask_mod.LOOP_MIN_ROWS):
+        _fast_mask_equals_exact_port(pieces, gi, data)
+
+
+@contextlib.contextmanager
+def _loop_rows(n: int):  # noqa: ANN202
+    old = mask_mod.LOOP_MIN_ROWS
+    mask_mod.LOOP_MIN_ROWS = n
+    try:
+        yield
+    finally:
+        mask_mod.LOOP_MIN_ROWS = old
+
+
+def _fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
     vocab = _vocab(pieces)
     parsed = reference_parse(GRAMMARS[gi])
     cg = compile_grammar(parsed, vocab)
@@ -94,6 +117,34 @@ def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.Data
         if not m.accept_token(tok):          # llama.cpp would throw "Unexpected empty grammar stack"
             assert (m.stacks, m.partial_utf8) == before
             break
+
+
+def test_loop_shortcut_on_a_large_vocabulary() -> None:
+    """Every piece of up to three of the adversarial bytes (20,000 tokens): masks along walks through the loop
+    grammars equal the exact port's token by token, and the loop shortcut decided many of the rows."""
+    pieces = [b"".join(p) for k in (1, 2, 3) for p in itertools.product(BYTES, repeat=k)]
+    vocab = _vocab(pieces)
+    rng = np.random.default_rng(7)
+    looped = 0
+    for text in (GRAMMARS[1], GRAMMARS[2], GRAMMARS[-2], GRAMMARS[-1]):
+        cg = CompiledGrammar(reference_parse(text), vocab)
+        m = cg.matcher()
+        for _ in range(5):
+            stacks, partial = m.stacks, m.partial_utf8
+            work = mask_mod.WorkBudget(10**9)
+            acc = mask_mod.walk(cg.rules, cg.index.table if partial[1] == 0 else cg.index.partial_table(*partial),
+                                stacks, work=work)
+            looped += work.looped
+            ref = _reference_mask(cg, stacks, partial)
+            assert m.mask().tolist() == ref.tolist()
+            if partial[1] == 0:
+                got = mask_mod.by_id(cg.index.table, acc)
+                got[cg.index.eog_ids] = any(not s for s in stacks)
+                assert got.tolist() == ref.tolist()
+            allowed = np.flatnonzero(ref)
+            if not len(allowed) or not m.accept_token(int(rng.choice(allowed))):
+                break
+    assert looped > 10_000
 
 
 @settings(max_examples=80, deadline=None)

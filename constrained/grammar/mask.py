@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GrammarLimitError
+from .stacks import _ANY_HI as _ANY_CP
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks
 from .tokenindex import TokenTable
 
@@ -70,6 +71,57 @@ def _partial_match(g: GrammarRules, p: int, val: np.ndarray, rem: np.ndarray) ->
     for lo, hi in items:
         hit |= (low <= hi) & (high >= lo)
     return ok & (hit if positive else ~hit)
+
+
+LOOP_MIN_ROWS = 256
+"""Fewer candidate rows than this at a looping stack: the plain walk (the shortcut's set-up costs more)."""
+
+
+def _all_in(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
+    """Rows of ``t`` all of whose code points the class at ``p`` matches (a sound under-approximation: a row left
+    out only means the exact walk looks at it), from :meth:`TokenTable.summary`; cached per table and class."""
+    cache = t.__dict__.setdefault("_all_in", {})
+    key = g.ranges(p)
+    r = cache.get(key)
+    if r is None:
+        lo, hi, na_min, na_max = t.summary()
+        mlo = mhi = 0
+        na: list[tuple[int, int]] = []
+        for a, b in key:
+            for c in range(a, min(b, 127) + 1):
+                if c < 64:
+                    mlo |= 1 << c
+                else:
+                    mhi |= 1 << (c - 64)
+            if b >= 128:
+                na.append((max(a, 128), b))
+        r = ((lo & np.uint64(~mlo & 0xFFFFFFFFFFFFFFFF)) == 0) & ((hi & np.uint64(~mhi & 0xFFFFFFFFFFFFFFFF)) == 0)
+        none = na_max < 0
+        if na == [(128, _ANY_CP)]:
+            pass
+        elif not na:
+            r &= none
+        else:
+            inside = none.copy()
+            for a, b in na:        # every code point from 128 on within one range of the class
+                inside |= (na_min >= a) & (na_max <= b)
+            r &= inside
+        if len(cache) >= 32:
+            cache.clear()
+        cache[key] = r
+    return r
+
+
+def _loop_end_ok(g: GrammarRules, t: TokenTable, top: int, exits: tuple[int, ...], e: np.ndarray) -> np.ndarray:
+    """For rows ``e`` that stay in the loop at ``top`` to their end: ``llama.cpp``'s verdict at the end (no
+    pending sequence, or one that the loop's class or one of its exits' classes may continue)."""
+    rem = t.rem[e]
+    ok = rem == 0
+    if (rem > 0).any():
+        val = t.val[e]
+        for q in (top, *exits):
+            ok |= _partial_match(g, q, val, rem)
+    return ok
 
 
 def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
@@ -133,7 +185,7 @@ VISIT_COST = 1000
 class WorkBudget:
     """A counter of row steps that raises :class:`GrammarLimitError` when ``limit`` is spent."""
 
-    __slots__ = ("left", "limit", "spent_total", "rows", "visits")
+    __slots__ = ("left", "limit", "looped", "rows", "spent_total", "visits")
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -141,6 +193,7 @@ class WorkBudget:
         self.spent_total = 0
         self.rows = 0        # candidates looked at, summed over (stack, depth) visits (llama.cpp's unit)
         self.visits = 0      # (stack, depth) visits
+        self.looped = 0      # rows decided at once by the loop shortcut (see GrammarRules.loop_exits)
 
     def spend(self, k: int) -> None:
         self.left -= k
@@ -223,6 +276,14 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
         matched = matched[~acc[matched]]
         work.rows += len(matched) + (n - k0)
         work.visits += 1
+        if len(matched) >= LOOP_MIN_ROWS:
+            exits = g.loop_exits(s)
+            if exits is not None:     # rows wholly in the loop's class: decided at their end (loop_exits)
+                inside = _all_in(g, top, t)[matched]
+                e = matched[inside]
+                acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
+                matched = matched[~inside]
+                work.looped += len(e)
         if len(matched):
             sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
             acc[matched[sub]] = True
@@ -285,7 +346,16 @@ def _acc_stack(g: GrammarRules, t: TokenTable, s: Stack, rows: np.ndarray, d: in
         ids = t.ids[cont]
         a[:k] = (ids == g.values[top]) if ty == TOKEN else (ids != g.values[top])
         return a
-    hit = np.flatnonzero(_class_match(g, top, t.col(d)[cont]))
+    exits = g.loop_exits(s) if k >= LOOP_MIN_ROWS else None
+    if exits is not None:         # rows wholly in the loop's class: decided at their end (loop_exits)
+        inside = _all_in(g, top, t)[cont]
+        ia = np.flatnonzero(inside)
+        a[ia] = _loop_end_ok(g, t, top, exits, cont[ia])
+        work.looped += len(ia)
+        rest = np.flatnonzero(~inside)
+        hit = rest[_class_match(g, top, t.col(d)[cont[rest]])]
+    else:
+        hit = np.flatnonzero(_class_match(g, top, t.col(d)[cont]))
     if len(hit):
         sub = _acc_stacks(g, t, g.next_stacks(s), cont[hit], d + 1, pops, work)
         a[hit[sub]] = True

@@ -194,17 +194,21 @@ class GrammarRules:
         self._next_memo = BoundedMemo("next_stacks")
         self._split_memo = BoundedMemo("split")
         self._canon_memo = BoundedMemo("canonical_key", budget=1 << 18)
+        self._loop_memo = BoundedMemo("loop_exits", budget=1 << 18)
+        self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
         self._alts: dict[int, tuple[int, ...]] = {}
 
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
-        return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo)}
+        return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
+                                       self._loop_memo)}
 
     def clear_memos(self) -> None:
         """Drop every memoised stack operation (they are rebuilt on demand)."""
-        for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo):
+        for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
+                                       self._loop_memo):
             m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
@@ -225,6 +229,77 @@ class GrammarRules:
             if types[p] != CHAR_ALT:
                 break
         return positive, tuple(items), p
+
+    def ranges(self, p: int) -> tuple[tuple[int, int], ...]:
+        """The code points the class at ``p`` matches, as sorted disjoint ``(lo, hi)`` ranges (complement taken)."""
+        r = self._ranges.get(p)
+        if r is None:
+            positive, items, _ = self.classes[p]
+            merged: list[list[int]] = []
+            for lo, hi in sorted(items):
+                if lo > hi:
+                    continue
+                if merged and lo <= merged[-1][1] + 1:
+                    merged[-1][1] = max(merged[-1][1], hi)
+                else:
+                    merged.append([lo, hi])
+            if positive:
+                r = tuple((lo, hi) for lo, hi in merged)
+            else:
+                out, at = [], 0
+                for lo, hi in merged:
+                    if lo > at:
+                        out.append((at, lo - 1))
+                    at = max(at, hi + 1)
+                if at <= _ANY_HI:
+                    out.append((at, _ANY_HI))
+                r = tuple(out)
+            self._ranges[p] = r
+        return r
+
+    def disjoint(self, p: int, q: int) -> bool:
+        """Whether the classes at ``p`` and ``q`` share no code point."""
+        a, b = self.ranges(p), self.ranges(q)
+        i = j = 0
+        while i < len(a) and j < len(b):
+            if a[i][1] < b[j][0]:
+                i += 1
+            elif b[j][1] < a[i][0]:
+                j += 1
+            else:
+                return False
+        return True
+
+    def loop_exits(self, stack: Stack) -> tuple[int, ...] | None:
+        """For a class-topped ``stack`` that loops on its class ``C`` (``stack`` is among its own
+        :meth:`next_stacks`) and whose other next stacks are empty or topped by classes disjoint from ``C``: the tops
+        of those other class-topped stacks. None otherwise (memoised).
+
+        From such a stack, a candidate whose remaining code points all match ``C`` can only stay in the loop to its
+        end: it is accepted iff it ends cleanly or its pending UTF-8 sequence may continue ``C`` or one of the
+        returned classes (the mask walk's shortcut for string bodies and other ``C*`` loops).
+        """
+        memo = self._loop_memo.get(stack, 0)
+        if memo != 0:
+            return memo
+        top = stack[-1]
+        res: tuple[int, ...] | None = None
+        if self.types[top] in _CLASS:
+            nxt = self.next_stacks(stack)
+            if stack in nxt:
+                tops = []
+                for o in nxt:
+                    if o == stack or not o:
+                        continue
+                    q = o[-1]
+                    if self.types[q] not in _CLASS or not self.disjoint(top, q):
+                        tops = None
+                        break
+                    tops.append(q)
+                if tops is not None:
+                    res = tuple(dict.fromkeys(tops))
+        self._loop_memo.put(stack, res, 8 + len(stack) + (len(res) if res else 0))
+        return res
 
     def is_eos(self, p: int) -> bool:
         """``llama_grammar_is_end_of_sequence``."""

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..vocab import Vocabulary
 
+_NA_NONE = 1 << 40      # "no code point from 128 on" in TokenTable.summary
 _LOOKUP = (1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, 2, 3, 4)
 
 
@@ -121,6 +122,35 @@ class TokenTable:
             k = int(self.longer[d])
             c = cols[d] = self.flat[self.start[:k] + d].astype(np.int32)
         return c
+
+    def summary(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per row, which code points it holds, in brief: ``(lo, hi, na_min, na_max)``, the bits of its ASCII code
+        points below 64 and from 64 to 127 (uint64), and its smallest and largest code point from 128 on
+        (``_NA_NONE`` and -1 if it has none). Built once per table (the vocabulary's up front)."""
+        s = self.__dict__.get("_summary")
+        if s is None:
+            n = self.n
+            length = self.length
+            off = np.zeros(n, dtype=np.int64)
+            if n:
+                np.cumsum(length[:-1], out=off[1:])
+            total = int(length.sum())
+            v = self.flat[np.repeat(self.start - off, length) + np.arange(total)]
+            lo = np.zeros(n, dtype=np.uint64)
+            hi = np.zeros(n, dtype=np.uint64)
+            na_min = np.full(n, _NA_NONE, dtype=np.int64)
+            na_max = np.full(n, -1, dtype=np.int64)
+            nz = np.flatnonzero(length > 0)
+            if len(nz):
+                bit = np.left_shift(np.uint64(1), (v & 63).astype(np.uint64))
+                zero = np.uint64(0)
+                at = off[nz]
+                lo[nz] = np.bitwise_or.reduceat(np.where(v < 64, bit, zero), at)
+                hi[nz] = np.bitwise_or.reduceat(np.where((v >= 64) & (v < 128), bit, zero), at)
+                na_min[nz] = np.minimum.reduceat(np.where(v >= 128, v, _NA_NONE), at)
+                na_max[nz] = np.maximum.reduceat(np.where(v >= 128, v, -1), at)
+            s = self.__dict__["_summary"] = (lo, hi, na_min, na_max)
+        return s
 
     def _finish(self) -> TokenTable:
         length = self.length
@@ -230,6 +260,7 @@ class VocabIndex:
         self.table.inv = np.argsort(self.table.ids).astype(np.intp)
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
+        self.table.summary()
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
