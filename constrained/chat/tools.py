@@ -38,27 +38,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ConstrainedError
+from .tool_formats import FORMATS, ToolFormat, format_for_template
+from .tool_grammar import PEG_JSON_RULES, build_tool_grammar  # noqa: F401 - PEG_JSON_RULES re-exported (server.chat_api)
+from .tool_parse import ParseFailure, parse_json_tools
 
 __all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",
-           "generic_system_prompt", "normalize_tools", "parse_reply", "tool_call_setup"]
+           "generic_system_prompt", "normalize_tools", "parse_reply", "template_tools", "tool_call_setup",
+           "tool_call_setup_for_template"]
 
 TOOL_OPEN = "<tool_call>\n"
 TOOL_CLOSE = "</tool_call>"
 WORD, PATTERN, PATTERN_FULL, TOKEN = 1, 2, 3, 0
-
-# the rules llama.cpp's PEG builder emits for its generic JSON parser (common/peg-parser.cpp json()), which are
-# reachable from every tool rule and from the response_format grammar of --jinja (constrained.server.chat_api)
-PEG_JSON_RULES = {
-    "json-array": '"[" space ("]" | json-value (space "," space json-value)* space "]")',
-    "json-bool": '"true" | "false"',
-    "json-null": '"null"',
-    "json-number": '"-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? (("e" | "E") [+-]? [0-9]+)?',
-    "json-object": '"{" space ("}" | json-string space ":" space json-value (space "," space json-string space ":" '
-                   'space json-value)* space "}")',
-    "json-string": '"\\"" ( [^"\\\\] | "\\\\" ( ["\\\\/ bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\\""',
-    "json-value": "json-object | json-array | json-string | json-number | json-bool | json-null",
-}
-
 
 class ToolError(ConstrainedError):
     """Bad ``tools`` / ``tool_choice`` (llama-server's message where it has one)."""
@@ -96,22 +86,23 @@ def normalize_tools(tools: Any) -> list[Tool]:
 
 
 def detect_format(template_source: str | None) -> str:
-    """``hermes`` for templates that render ``<tool_call>`` JSON blocks, else ``generic`` (ours)."""
-    src = template_source or ""
-    if "<tool_call>" in src and "tools" in src and "<function=" not in src:
-        return "hermes"
-    return "generic"
+    """The format llama-server gives a template (``hermes``, ``qwen3``, ``llama3``, ``mistral_nemo``: see
+    :mod:`constrained.chat.tool_formats`), else ``generic`` (ours, for templates without tool support or with a
+    format not reproduced here)."""
+    f = format_for_template(template_source)
+    return f.name if f is not None else "generic"
 
 
-def _rule_name(name: str) -> str:
-    # common_peg rule_name(): runs of characters outside [a-zA-Z0-9-] become "-"
-    import re
+def template_tools(tools: Any) -> list[dict[str, Any]]:
+    """The tools as llama-server hands them to the chat template: ``{"type": "function", "function": {"name",
+    "description", "parameters"}}`` in that key order, ``description`` ``""`` and ``parameters`` ``{}`` when absent
+    (``common_chat_tools_to_json_oaicompat``).
 
-    return re.sub(r"[^a-zA-Z0-9-]+", "-", name)
-
-
-def _lit(s: str) -> str:
-    return json.dumps(s, ensure_ascii=False)
+    >>> template_tools([{"type": "function", "function": {"name": "now"}}])
+    [{'type': 'function', 'function': {'name': 'now', 'description': '', 'parameters': {}}}]
+    """
+    return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                              "parameters": t.parameters}} for t in normalize_tools(tools)]
 
 
 @dataclass
@@ -128,6 +119,14 @@ class ToolCallSetup:
     preserved_tokens: list[str]
     system_prompt: str | None = None         # the generic format's tool description (None: the template's)
     named: str | None = None                 # a named tool_choice
+    generation_prompt: str = ""              # the template's (llama-server's ``generation_prompt``)
+    prefill: bool = False                    # the grammar starts with the generation prompt: feed it that first
+    llama_server_compat: bool = False        # llama-server's setup for required / named (see tool_call_setup)
+
+    @property
+    def format(self) -> ToolFormat:
+        """The JSON format's data (the generic format writes Hermes-style ``<tool_call>`` blocks)."""
+        return FORMATS["hermes" if self.fmt == "generic" else self.fmt]
 
     def lazy_grammar(self, vocab: Any = None) -> Any:
         """The grammar as a :class:`~constrained.grammar.Grammar` (lazy with its triggers when ``grammar_lazy``):
@@ -160,13 +159,23 @@ class ToolCallSetup:
 
 
 def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool | None = None, *,
-                    fmt: str = "hermes") -> ToolCallSetup:
+                    fmt: str = "hermes", llama_server_compat: bool = False) -> ToolCallSetup:
     """The grammar, laziness, triggers and preserved tokens for ``tools`` in format ``fmt``.
+
+    ``fmt``: ``generic`` (ours) or a key of :data:`~constrained.chat.tool_formats.FORMATS` (``hermes``, ``qwen3``,
+    ``llama3``, ``mistral_nemo``). ``parallel_tool_calls`` None: the template's default (Llama 3.x: false).
+    ``tool_choice`` ``auto`` and ``none`` are llama-server's setup. ``required`` and a named function are ours by
+    default: the reply is the call(s) and nothing else, only the named tool for a named choice, one call when
+    ``parallel_tool_calls`` is false (an eager grammar, not prefilled). ``llama_server_compat=True`` gives
+    llama-server's instead: ``required`` lets free text come before the first call (its eager grammar starts with
+    the generation prompt: ``prefill`` is set) and a named choice is ``auto``.
 
     Raises:
         ToolError: bad tools, an unknown ``tool_choice`` string (``Invalid tool_choice: x``, as llama-server), a
-            named choice that is not among the tools.
+            named choice that is not among the tools, an unknown ``fmt``.
     """
+    if fmt != "generic" and fmt not in FORMATS:
+        raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
     named = None
     if isinstance(tool_choice, dict):
@@ -175,56 +184,55 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
         if not isinstance(named, str) or named not in {t.name for t in ts}:
             raise ToolError(f"tool_choice names an unknown tool: {named!r}")
         choice = "required"
+        if llama_server_compat:           # json_value(..., "tool_choice", "auto"): an object is a type error
+            choice, named = "auto", None
     elif tool_choice in ("auto", "none", "required"):
         choice = tool_choice
     else:
         raise ToolError(f"Invalid tool_choice: {tool_choice}")
-    parallel = True if parallel_tool_calls is None else bool(parallel_tool_calls)
-    setup = ToolCallSetup(fmt, ts, choice, parallel, None, False, [], [], None, named)
+    f = FORMATS["hermes" if fmt == "generic" else fmt]
+    parallel = (f.parallel_default if fmt != "generic" else True) if parallel_tool_calls is None \
+        else bool(parallel_tool_calls)
+    setup = ToolCallSetup(fmt, ts, choice, parallel, None, False, [], [], None, named,
+                          generation_prompt=f.generation_prompt if fmt != "generic" else "",
+                          llama_server_compat=llama_server_compat)
     if fmt == "generic":
         setup.system_prompt = generic_system_prompt(ts)
+    else:
+        setup.preserved_tokens = f.preserved_tokens     # the analysis' markers, whatever the request
     if choice == "none" or not ts:
         return setup
+    if fmt == "generic":
+        setup.preserved_tokens = f.preserved_tokens
     chosen = [t for t in ts if named is None or t.name == named]
-    setup.grammar = _hermes_grammar(chosen, parallel if choice == "auto" else parallel, choice)
-    setup.grammar_lazy = choice == "auto"
-    setup.grammar_triggers = [{"type": WORD, "value": TOOL_OPEN}] if choice == "auto" else []
-    setup.preserved_tokens = ["<tool_call>", "</tool_call>"]
+    if choice == "auto":
+        if not f.trigger:
+            return setup                  # Llama 3.x: no marker to trigger on, no grammar (llama-server)
+        setup.grammar = build_tool_grammar(f, chosen, parallel=parallel, mode="auto")
+        setup.grammar_lazy = True
+        setup.grammar_triggers = [{"type": WORD, "value": f.trigger}]
+    elif llama_server_compat and fmt != "generic":
+        setup.grammar = build_tool_grammar(f, chosen, parallel=parallel, mode="required")
+        setup.prefill = True
+    else:
+        setup.grammar = build_tool_grammar(f, chosen, parallel=parallel, mode="call")
     return setup
 
 
-def _hermes_grammar(tools: list[Tool], parallel: bool, choice: str) -> str:
-    """The GBNF of ``build_tool_parser_json_native`` with per-call ``<tool_call>`` markers.
+def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_choice: Any = "auto",
+                                 parallel_tool_calls: bool | None = None, *,
+                                 llama_server_compat: bool = False) -> ToolCallSetup:
+    """:func:`tool_call_setup` in the format llama-server uses for this chat template (``generic`` when it has
+    none that is reproduced here, e.g. ChatML, Gemma 3): the server needs no per-format knowledge.
 
-    ``auto``: llama-server's lazy grammar (rules sorted bytewise as ``build_grammar`` prints them). ``required``
-    (ours): the reply is one or more calls (one when not ``parallel``), nothing before them.
+    >>> s = tool_call_setup_for_template("{{ '[AVAILABLE_TOOLS]' }}{{ tools }}{{ '[TOOL_CALLS]' }}",
+    ...                                  [{"type": "function", "function": {"name": "now"}}])
+    >>> s.fmt, s.grammar_triggers, s.parallel
+    ('mistral_nemo', [{'type': 1, 'value': '[TOOL_CALLS]'}], True)
     """
-    from ..json_schema._json import load
-    from ..json_schema.converter import Converter
-    from ..json_schema.nodes import build_document
+    return tool_call_setup(tools, tool_choice, parallel_tool_calls, fmt=detect_format(template_source),
+                           llama_server_compat=llama_server_compat)
 
-    conv = Converter()
-    for name, body in PEG_JSON_RULES.items():
-        conv.add_rule(name, body)
-    alts = []
-    for t in sorted(tools, key=lambda t: _rule_name("tool-" + t.name)):
-        rn = _rule_name("tool-" + t.name)
-        schema_rule = conv.visit(build_document(load(t.schema)).root, rn + "-schema")
-        conv.add_rule(rn, '"{" space "\\"name\\"" space ":" space ("\\"" ' + _lit(t.name) + ' "\\"") space "," '
-                      'space "\\"arguments\\"" space ":" space ' + schema_rule + ' space "}"')
-    for t in tools:
-        alts.append(_rule_name("tool-" + t.name))
-    call = "(" + " | ".join(alts) + ")"
-    if choice == "auto":
-        more = f' (space "," space {call})*' if parallel else ""
-        conv.add_rule("tool-call", f'"<tool_call>\\n" space {call}{more} space "</tool_call>"')
-        conv.add_rule("tool-calls", "(tool-call? space)+")
-        conv.add_rule("root", "tool-call | tool-calls")
-    else:
-        conv.add_rule("tool-call", f'"<tool_call>\\n" space {call} space "</tool_call>"')
-        conv.add_rule("root", "(tool-call space)+" if parallel else "tool-call space")
-    conv.check_errors()
-    return conv.format_grammar()
 
 
 def generic_system_prompt(tools: list[Tool]) -> str:
@@ -304,69 +312,43 @@ def _new_id() -> str:
 
 
 def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> ParsedReply:
-    """The reply as content and tool calls (the ``<tool_call>`` formats' parser).
+    """The reply (the generated text, without the generation prompt) as reasoning, content and tool calls, in the
+    setup's format (:mod:`constrained.chat.tool_parse`).
 
-    The content is the text before the first ``<tool_call>\\n`` with leading whitespace dropped (the parser's
-    ``space`` after the generation prompt); each block must hold ``{"name": <a tool>, "arguments": {...}}``; only
-    whitespace may follow the last block. A reply that breaks these rules has ``parse_error`` set (llama-server:
-    HTTP 500): it is returned whole as content, or, when complete calls came first (the next one cut off by
-    ``max_tokens``, say), with those calls.
+    The content is the text up to the first tool marker (``<tool_call>\\n``; ``[TOOL_CALLS]``; for Llama 3.x the
+    first ``{``), leading whitespace dropped; then only calls of declared tools and whitespace may follow. A reply
+    that breaks these rules has ``parse_error`` set (llama-server: HTTP 500): it is returned whole as content, or,
+    when complete calls came first (the next one cut off by ``max_tokens``, say), with those calls. Each call's
+    arguments are checked against its tool's schema (``ToolCall.issues``); an id the model wrote (Mistral Nemo) is
+    kept, else it is ``ids[i]`` or 32 random alphanumerics as llama-server's.
     """
+    f = setup.format
     if setup.tool_choice == "none" or not setup.tools:
+        if f.reasoning and setup.fmt != "generic":       # the content parser still takes the reasoning out
+            r = parse_json_tools(text, f, (), parallel=False, tools=False)
+            return ParsedReply(r.content, reasoning_content=r.reasoning)
         return ParsedReply(text)
-    body = text.lstrip()
-    i = body.find(TOOL_OPEN)
-    if i < 0:
-        return ParsedReply(body)
-    content, rest = body[:i], body[i:]
-    calls: list[ToolCall] = []
     names = {t.name: t for t in setup.tools}
-
-    def fail(why: str) -> ParsedReply:
-        # nothing parsed: all content; after complete calls (e.g. the next one cut off by max_tokens): keep them
-        return ParsedReply(content, calls, parse_error=why) if calls else ParsedReply(text, parse_error=why)
-
-    dec = json.JSONDecoder()
-    while rest.strip():
-        rest = rest.lstrip()
-        if not rest.startswith(TOOL_OPEN):
-            return fail(f"text after the tool calls: {rest[:60]!r}")
-        rest = rest[len(TOOL_OPEN):]
-        objs = []
-        while True:
-            rest = rest.lstrip()
-            try:
-                obj, end = dec.raw_decode(rest)
-            except json.JSONDecodeError as e:
-                return fail(f"a tool call is not JSON (or is cut off): {e}")
-            raw = rest[:end]
-            objs.append((obj, raw))
-            rest = rest[end:].lstrip()
-            if rest.startswith(","):
-                rest = rest[1:]
-                continue
-            break
-        if not rest.startswith(TOOL_CLOSE):
-            return fail("a <tool_call> block is not closed")
-        rest = rest[len(TOOL_CLOSE):]
-        for obj, raw in objs:
-            if not isinstance(obj, dict) or obj.get("name") not in names or "arguments" not in obj:
-                return fail(f"not a call of a declared tool: {raw[:80]!r}")
-            args_raw = _arguments_text(raw)
-            calls.append(ToolCall(obj["name"], args_raw, ids[len(calls)] if len(calls) < len(ids) else _new_id(),
-                                  _validate(obj["arguments"], names[obj["name"]].schema)))
-    return ParsedReply(content, calls)
-
-
-def _arguments_text(raw: str) -> str:
-    """The raw text of the ``arguments`` value inside a call object's text (the model's own spacing)."""
-    dec = json.JSONDecoder()
-    k = raw.find('"arguments"')
-    j = raw.index(":", k + len('"arguments"')) + 1
-    while raw[j].isspace():
-        j += 1
-    _, end = dec.raw_decode(raw, j)
-    return raw[j:end].rstrip()
+    allowed = names if setup.named is None else {setup.named: names[setup.named]}
+    # ours: a named choice or parallel off restricts what counts; llama-server's parser reads what its grammar allows
+    parallel = setup.parallel or (setup.fmt in ("hermes", "qwen3", "generic"))
+    try:
+        r = parse_json_tools(text, f, allowed, parallel=parallel)
+        why = None
+    except ParseFailure as e:
+        r, why = e.partial, str(e)
+    calls = []
+    for name, args, cid in r.calls:
+        try:
+            value = json.loads(args)
+        except ValueError:
+            value = None
+        i = len(calls)
+        calls.append(ToolCall(name, args if isinstance(value, dict) else "{}",
+                              cid or (ids[i] if i < len(ids) else _new_id()), _validate(value, names[name].schema)))
+    if why is not None and not calls:
+        return ParsedReply(text, reasoning_content="", parse_error=why)
+    return ParsedReply(r.content, calls, r.reasoning, parse_error=why)
 
 
 def _validate(args: Any, schema: Any) -> tuple[str, ...]:
