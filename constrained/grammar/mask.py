@@ -112,6 +112,28 @@ def _all_in(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
     return r
 
 
+def _loop_parts(g: GrammarRules, p: int, t: TokenTable) -> tuple[np.ndarray, tuple | None, np.ndarray, np.ndarray]:
+    """What a loop on the class at ``p`` makes of the whole table at depth 0, whatever its exits (cached per table
+    and class): ``(clean, clean_bits, pending, rest)``: the rows wholly in the class with no pending UTF-8 sequence
+    (accepted; bool over rows, and for the vocabulary table ``(~clean, packed bits over token ids)``), the rows wholly in the
+    class with one (decided by :func:`_loop_end_ok`), and the other rows whose first code point is in the class
+    (walked)."""
+    cache = t.__dict__.setdefault("_loop_parts", {})
+    key = g.ranges(p)
+    r = cache.get(key)
+    if r is None:
+        inside = _all_in(g, p, t)
+        clean = inside & (t.rem == 0)
+        clean_bits = (~clean, np.packbits(clean[t.inv])) if t.inv is not None else None
+        pending = np.flatnonzero(inside & (t.rem > 0))
+        first = _first_rows_cached(g, p, t)
+        rest = first[~inside[first]]
+        if len(cache) >= 8:
+            cache.clear()
+        r = cache[key] = (clean, clean_bits, pending, rest)
+    return r
+
+
 def _loop_end_ok(g: GrammarRules, t: TokenTable, top: int, exits: tuple[int, ...], e: np.ndarray) -> np.ndarray:
     """For rows ``e`` that stay in the loop at ``top`` to their end: ``llama.cpp``'s verdict at the end (no
     pending sequence, or one that the loop's class or one of its exits' classes may continue)."""
@@ -143,6 +165,8 @@ def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
     if not parts:
         return np.empty(0, dtype=np.int64)
     if len(parts) == 1:
+        if positive and len(spans) == 1 and cp0[spans[0][0]] == cp0[spans[0][1] - 1]:
+            return parts[0]         # one code point: its rows are in ascending order already (stable sort)
         return np.sort(parts[0]) if len(parts[0]) < 4096 else _ascending([parts[0]], t.n)
     return _ascending(parts, t.n)
 
@@ -227,7 +251,7 @@ def _first_rows_cached(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
 
 
 def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,
-         work: WorkBudget | None = None, seed: np.ndarray | None = None) -> np.ndarray:
+         work: WorkBudget | None = None, seed: np.ndarray | None = None, sure: list | None = None) -> np.ndarray:
     """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``).
 
     llama.cpp's own order, vectorised: the stacks are tried one after the other and each sees only the candidates
@@ -238,7 +262,8 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
     With ``pops`` given, a stack reduced to the sentinel ``(g.bottom,)`` is not looked into: the rows that reach it
     (not known to be accepted) and their depth are appended to ``pops`` as ``(rows, depth)``, and they count as
     rejected for the walk (a later stack may still accept them). Rows are positions in ``t`` (see :func:`by_id`).
-    ``seed`` (bool over rows) marks rows already known to be accepted: they are not walked again.
+    ``seed`` (bool over rows) marks rows already known to be accepted: they are not walked again. With ``sure``
+    given, the packed id-order bits of row sets accepted wholesale (loop shortcut) are appended to it as well.
     """
     n = t.n
     if work is None:
@@ -272,18 +297,21 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             work.visits += 1
             continue
         acc[k0:] |= none_left | _partial_match(g, top, val_t, rem_t)
-        matched = _first_rows_cached(g, top, t)
+        exits = g.loop_exits(s) if k0 >= LOOP_MIN_ROWS else None
+        if exits is not None:     # rows wholly in the loop's class: decided at their end (loop_exits)
+            clean, clean_bits, pending, matched = _loop_parts(g, top, t)
+            if sure is not None and clean_bits is not None:
+                sure.append(clean_bits)
+            acc |= clean
+            e = pending[~acc[pending]]
+            acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
+            work.looped += k0 - len(matched)
+            work.spend(n // 64)
+        else:
+            matched = _first_rows_cached(g, top, t)
         matched = matched[~acc[matched]]
         work.rows += len(matched) + (n - k0)
         work.visits += 1
-        if len(matched) >= LOOP_MIN_ROWS:
-            exits = g.loop_exits(s)
-            if exits is not None:     # rows wholly in the loop's class: decided at their end (loop_exits)
-                inside = _all_in(g, top, t)[matched]
-                e = matched[inside]
-                acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
-                matched = matched[~inside]
-                work.looped += len(e)
         if len(matched):
             sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
             acc[matched[sub]] = True
@@ -447,7 +475,8 @@ class LocalInfo:
 def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget | None = None) -> LocalInfo:
     """Walk the table from the stack ``(sentinel, *suffix)`` (the XGrammar-style per-position precomputation)."""
     pops: list = []
-    acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops, work=work)
+    wholesale: list = []
+    acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops, work=work, sure=wholesale)
     # a pop with nothing left and no pending sequence is accepted by any stack below
     rows_l, depth_l = [], []
     for rows, depth in pops:
@@ -473,13 +502,25 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
     unc_ids = t.ids[unc_rows]
     unc = np.zeros(t.n, dtype=bool)       # over token ids directly (a scatter of the few uncertain ones)
     unc[unc_ids] = True
-    return LocalInfo(np.packbits(by_id(t, acc)), unc_ids, keys, np.packbits(unc))
+    if wholesale:                         # the wholesale-accepted rows come as bits already: pack only the rest
+        for outside, _ in wholesale:
+            acc &= outside
+        bits = np.packbits(by_id(t, acc))
+        for _, b in wholesale:
+            bits |= b
+    else:
+        bits = np.packbits(by_id(t, acc))
+    return LocalInfo(bits, unc_ids, keys, np.packbits(unc))
 
 
 def by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
     """A bool array over the table's rows as one over token ids (the vocabulary table holds every id)."""
-    if t.inv is not None:              # every id once: a gather (twice as fast as the scatter)
-        return acc[t.inv]
+    if t.inv is not None:              # every id once: a gather, or a scatter of the few accepted rows
+        if np.count_nonzero(acc) * 8 > t.n:
+            return acc[t.inv]
+        out = np.zeros(t.n, dtype=bool)
+        out[t.ids[np.flatnonzero(acc)]] = True
+        return out
     out = np.zeros(t.n, dtype=bool)
     out[t.ids] = acc
     return out
