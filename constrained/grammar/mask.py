@@ -122,12 +122,14 @@ def _loop_parts(g: GrammarRules, p: int, t: TokenTable) -> tuple[np.ndarray, tup
     key = g.ranges(p)
     r = cache.get(key)
     if r is None:
-        inside = _all_in(g, p, t)
-        clean = inside & (t.rem == 0)
-        clean_bits = (~clean, np.packbits(clean[t.inv])) if t.inv is not None else None
-        pending = np.flatnonzero(inside & (t.rem > 0))
-        first = _first_rows_cached(g, p, t)
-        rest = first[~inside[first]]
+        k0 = int(t.longer[0]) if len(t.longer) else 0      # rows with at least one code point
+        inside = _all_in(g, p, t)[:k0]
+        clean = np.zeros(t.n, dtype=bool)
+        clean[:k0] = inside & (t.rem[:k0] == 0)
+        clean_bits = (~clean, np.packbits(by_id(t, clean))) if t.inv is not None else None
+        pending = np.flatnonzero(inside & (t.rem[:k0] > 0))
+        out = np.flatnonzero(~inside)              # rows with a code point outside the class somewhere
+        rest = out[_class_match(g, p, t.col(0)[out])]
         if len(cache) >= 8:
             cache.clear()
         r = cache[key] = (clean, clean_bits, pending, rest)
