@@ -182,6 +182,21 @@ def test_unenforced_reported_with_path() -> None:
     assert [(k.path, k.keyword) for k in rep] == [("#", "uniqueItems")]
 
 
+def test_every_table_schema_converts_or_is_refused() -> None:
+    """Every schema of the oracle table (refusals, odd types such as ``{"type": [{}]}``) gives a grammar or a
+    SchemaError in "all" mode, never another exception."""
+    from tests.json_schema_table import TABLE
+
+    outcomes = {"grammar": 0, "refused": 0}
+    for schema in [*TABLE, {"type": [["a"]]}, {"type": [{}]}]:
+        try:
+            convert_json_schema(schema, enforce="all")
+            outcomes["grammar"] += 1
+        except SchemaError:
+            outcomes["refused"] += 1
+    assert outcomes["grammar"] > 150 and outcomes["refused"] >= 2, outcomes
+
+
 def test_zz_document_counts() -> None:
     print(COUNTS)
     assert COUNTS.get("documents llama.cpp", 0) + COUNTS.get("documents all", 0) >= 20000

@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import SchemaError
 from . import nodes as _nodes
-from ._gbnf import inverted_repetitions, productive_rules, read_gbnf, read_rules
+from ._gbnf import load_checks, productive_rules, read_gbnf
 from ._json import load, path_of, u
 from .converter import Converter
 from .nodes import KEYWORDS, SELECTORS, Keyword
@@ -191,16 +191,18 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
     conv.check_errors()
     text = u(conv.format_grammar())
     try:
-        rules = read_rules(conv.rules)  # bytes in str: the structure is what matters here, not the characters
+        # bytes in str: the structure is what matters here, not the characters
+        inverted, productive = load_checks(conv.rules)
+        checked = True
     except (ValueError, IndexError):
-        rules = None  # text outside the reader's subset (a user pattern): llama.cpp's parser will judge it
-    if rules is not None and inverted_repetitions(rules):
-        name, m, n = inverted_repetitions(rules)[0]
+        checked = False  # text outside the reader's subset (a user pattern): llama.cpp's parser will judge it
+    if checked and inverted:
+        name, m, n = inverted
         path = _inverted_path(doc)
         raise SchemaError(f"JSON schema error at {path}: the grammar has the repetition {{{m},{n}}} (rule {name}), "
                           "which llama.cpp's grammar parser never finishes loading (a minimum above its maximum, "
                           "or an integer bound of more than 16 digits)", path=path)
-    if rules is not None and "root" not in productive_rules(rules):
+    if checked and not productive:
         path = _unproductive_ref_path(doc)
         raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
                           "contradictory bounds, or an empty character class)", path=path)

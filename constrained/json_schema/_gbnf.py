@@ -241,6 +241,195 @@ def productive_rules(rules: dict[str, Alts]) -> set[str]:
     return good
 
 
+_MAX_CLAUSES = 64
+_NEVER: tuple[frozenset[str], ...] = ()
+_ALWAYS: tuple[frozenset[str], ...] = (frozenset(),)
+
+
+def _or(parts: list[tuple[frozenset[str], ...]]) -> tuple[frozenset[str], ...] | None:
+    out: set[frozenset[str]] = set()
+    for p in parts:
+        out.update(p)
+    if frozenset() in out:
+        return _ALWAYS
+    return tuple(sorted(out, key=sorted)) if len(out) <= _MAX_CLAUSES else None
+
+
+def _and(a: tuple[frozenset[str], ...], b: tuple[frozenset[str], ...]) -> tuple[frozenset[str], ...] | None:
+    if not a or not b:
+        return _NEVER
+    if a == _ALWAYS:
+        return b
+    if b == _ALWAYS:
+        return a
+    return _or([tuple({x | y for x in a for y in b})]) if len(a) * len(b) <= _MAX_CLAUSES else None
+
+
+def _needs(alts: Alts) -> tuple[frozenset[str], ...] | None:
+    """When the alternatives derive a finite string, as alternatives of the rule sets that must all do so (as
+    ``productive_rules``' item test reads them); None when that formula grows past ``_MAX_CLAUSES``."""
+    parts = []
+    for seq in alts:
+        acc: tuple[frozenset[str], ...] | None = _ALWAYS
+        for it in seq:
+            if it.hi is not None and it.hi < it.lo:
+                need: tuple[frozenset[str], ...] | None = _NEVER
+            elif it.lo == 0 or it.kind == "lit":
+                need = _ALWAYS
+            elif it.kind == "cls":
+                need = _ALWAYS if _class_nonempty(*it.value) else _NEVER  # type: ignore[misc]
+            elif it.kind == "ref":
+                need = (frozenset((it.value,)),)  # type: ignore[arg-type]
+            else:
+                need = _needs(it.value)  # type: ignore[arg-type]
+            acc = None if need is None else _and(acc, need)
+            if acc is None or not acc:
+                break
+        if acc is None:
+            return None
+        parts.append(acc)
+    return _or(parts)
+
+
+@dataclass(frozen=True)
+class BodyFacts:
+    """What the load checks need of one rule body, computed once per distinct body text."""
+
+    refs: frozenset[str]
+    inverted: tuple[tuple[int, int], ...]          # every {m,n} with n < m, in reading order
+    needs: tuple[frozenset[str], ...] | None       # see _needs
+
+
+_ESC = r'(?:[^"\\]|\\[trn\\"\[\]\-]|\\x[0-9a-fA-F]{2}|\\u[0-9a-fA-F]{4}|\\U[0-9a-fA-F]{8})'
+_TOKEN = re.compile(r'(?P<ws>[ \t\r\n]+)|(?P<lit>"' + _ESC + r'*")|(?P<cls>\[' + _ESC.replace('^"', '^\\]')
+                    + r'*\])|(?P<name>[a-zA-Z0-9-]+)|(?P<q>[*+?])|(?P<rep>\{(\d*)(?:(,)(\d*))?\})|(?P<p>[()|])')
+_QUANT = {"*": (0, None), "+": (1, None), "?": (0, 1)}
+_Fact = tuple[tuple[frozenset[str], ...] | None, tuple[tuple[int, int], ...]]
+
+
+def _scan_facts(body: str) -> BodyFacts | None:
+    """``BodyFacts`` from a token scan of the body, without building its items; None for anything outside the
+    strictly well-formed subset (then ``read_body`` decides, raising where it raises)."""
+    refs: set[str] = set()
+    stack: list[tuple[list[_Fact], list[_Fact]]] = []
+    parts: list[_Fact] = []     # finished sequences of the current group
+    items: list[_Fact] = []     # items of the current sequence
+    pos = 0
+
+    def close(items: list[_Fact]) -> _Fact:
+        acc: tuple[frozenset[str], ...] | None = _ALWAYS
+        inv: tuple[tuple[int, int], ...] = ()
+        for need, i in items:
+            inv += i
+            if acc is not None and acc:
+                acc = None if need is None else _and(acc, need)
+        return acc, inv
+
+    def group(parts: list[_Fact]) -> _Fact:
+        needs = [n for n, _ in parts]
+        inv = tuple(x for _, i in parts for x in i)
+        return (None if any(n is None for n in needs) else _or(needs)), inv  # type: ignore[arg-type]
+
+    for m in _TOKEN.finditer(body):
+        if m.start() != pos:
+            return None
+        pos = m.end()
+        kind = m.lastgroup
+        if kind == "ws":
+            if not stack and ("\n" in m.group() or "\r" in m.group()):
+                return None
+        elif kind == "lit":
+            items.append((_ALWAYS, ()))
+        elif kind == "cls":
+            ranges, neg = read_body(m.group())[0][0].value  # type: ignore[misc]
+            items.append((_ALWAYS if _class_nonempty(ranges, neg) else _NEVER, ()))
+        elif kind == "name":
+            refs.add(m.group())
+            items.append(((frozenset((m.group(),)),), ()))
+        elif kind in ("q", "rep"):
+            if not items:
+                return None
+            if kind == "q":
+                lo, hi = _QUANT[m.group()]
+            else:
+                lo = int(m.group(7) or 0)
+                hi = lo if m.group(8) is None else (int(m.group(9)) if m.group(9) else None)
+            need, inv = items.pop()
+            if hi is not None and hi < lo:
+                items.append((_NEVER, ((lo, hi),) + inv))
+            else:
+                items.append((_ALWAYS if lo == 0 else need, inv))
+        elif m.group() == "(":
+            stack.append((parts, items))
+            parts, items = [], []
+        elif m.group() == "|":
+            parts.append(close(items))
+            items = []
+        else:  # ")"
+            if not stack:
+                return None
+            parts.append(close(items))
+            inner = group(parts)
+            parts, items = stack.pop()
+            items.append(inner)
+    if pos != len(body) or stack:
+        return None
+    parts.append(close(items))
+    needs, inv = group(parts)
+    return BodyFacts(frozenset(refs), inv, needs)
+
+
+@functools.lru_cache(maxsize=8192)
+def body_facts(body: str) -> BodyFacts:
+    """``BodyFacts`` of a rule body (raises ValueError/IndexError as ``read_body`` does)."""
+    fast = _scan_facts(body)
+    if fast is not None:
+        return fast
+    alts = read_body(body)
+    inverted = inverted_repetitions({"": alts})
+    return BodyFacts(frozenset(_refs(alts, set())), tuple((m, n) for _, m, n in inverted), _needs(alts))
+
+
+@functools.cache
+def _fixed_facts() -> dict[str, BodyFacts]:
+    """Facts of the converter's fixed rule bodies (space, the primitives, the string formats): a table built once,
+    since every grammar holds some of them."""
+    from ._rules import PRIMITIVE_RULES, SPACE_RULE, STRING_FORMAT_RULES
+
+    bodies = [SPACE_RULE] + [b for b, _ in PRIMITIVE_RULES.values()] + [b for b, _ in STRING_FORMAT_RULES.values()]
+    return {b: body_facts.__wrapped__(b) for b in bodies}
+
+
+def load_checks(rules: dict[str, str]) -> tuple[tuple[str, int, int] | None, bool]:
+    """The first inverted repetition ``(rule, m, n)`` (as ``inverted_repetitions``) and whether ``root`` is
+    productive (as ``productive_rules``), from rule bodies given as text; the same answers, from cached facts.
+
+    >>> load_checks({"root": 'x "a"', "x": '"b"{3,1}'})
+    (('x', 3, 1), False)
+    """
+    fixed = _fixed_facts()
+    facts = {name: fixed.get(body) or body_facts(body) for name, body in rules.items()}
+    first = next(((name, *f.inverted[0]) for name, f in facts.items() if f.inverted), None)
+    if any(f.needs is None for f in facts.values()):
+        return first, "root" in productive_rules(read_rules(rules))
+    dependents: dict[str, list[str]] = {}
+    for name, f in facts.items():
+        for ref in f.refs:
+            dependents.setdefault(ref, []).append(name)
+    good: set[str] = set()
+    work = list(rules)
+    while work:
+        name = work.pop()
+        if name in good or name not in facts:
+            continue
+        if any(c <= good for c in facts[name].needs):  # type: ignore[union-attr]
+            good.add(name)
+            if name == "root":
+                break
+            work.extend(dependents.get(name, ()))
+    return first, "root" in good
+
+
 def _heights(rules: dict[str, Alts]) -> dict[str, int]:
     """Shortest derivation height of each productive rule (to steer random walks towards the end)."""
     h: dict[str, int] = {}

@@ -262,7 +262,8 @@ class _Enforcer:
                     self.unenforced(p, kw, "not supported by enforce='all'")
         t = s.get("type")
         if t is not None:
-            names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else None
+            names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) and all(
+                isinstance(x, str) for x in t) else None
             if names is None or not names <= set(TYPES):
                 raise SchemaError(f"JSON schema error at {p}: type must be a type name or a list of them", path=p)
             if "number" in names:

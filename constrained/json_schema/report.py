@@ -301,20 +301,23 @@ def integer_range_leaks(minimum: int, maximum: int) -> str | None:
     for tok in re.findall(r'"[^"]*"|\[[^\]]*\]|\{[^}]*\}|[()|]', body):
         rx.append(re.escape(tok[1:-1]) if tok.startswith('"') else tok)
     try:
-        pattern = re.compile("".join(rx))
+        lines = re.compile(f"^(?:{''.join(rx)})$", re.MULTILINE)
     except re.error:
         return None
     probes = set()
     for b in (minimum, maximum):
         if b not in (INT64_MIN, INT64_MAX):
             probes |= _probes(b)
-    for v in sorted(probes, key=abs):
-        if not (minimum <= v <= maximum) and len(str(abs(v))) <= 16 and pattern.fullmatch(str(v)):
-            return str(v)
-    for v in sorted(probes, key=abs):
-        for text in (f"0{abs(v)}", f"-0{abs(v)}"):
-            if len(text) <= 17 and pattern.fullmatch(text):
-                return text  # a leading zero: not even a JSON number
+    ordered = sorted(probes, key=abs)
+    mags = [str(abs(v)) for v in ordered]
+    outside = [("-" + m if v < 0 else m) for v, m in zip(ordered, mags) if not (minimum <= v <= maximum)
+               and len(m) <= 16]
+    zeros = [t for m in dict.fromkeys(mags) for t in ("0" + m, "-0" + m) if len(t) <= 17]
+    # one scan of all probes, one per line, in the order above (the body's classes are digit ranges: no newline)
+    for texts in (outside, zeros):
+        m = lines.search("\n".join(texts))
+        if m is not None:
+            return m.group(0)
     return None
 
 
