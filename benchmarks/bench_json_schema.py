@@ -106,7 +106,7 @@ def main() -> None:
         cpp.append(b)
         if not args.no_all:
             every.append(min(ours(text, "all") for _ in range(args.repeat)))
-    ratios = [x / y for x, y in zip(mine, cpp) if y > 0]
+    ratios = [x / y for x, y in zip(mine, cpp, strict=True) if y > 0]
     print(f"{len(texts)} schemas, thread CPU time, best of {args.repeat}, caches cleared "
           f"(load average {os.getloadavg()[0]:.1f})")
     print(line("ours (llama.cpp mode)", mine))

@@ -310,7 +310,7 @@ def integer_range_leaks(minimum: int, maximum: int) -> str | None:
             probes |= _probes(b)
     ordered = sorted(probes, key=abs)
     mags = [str(abs(v)) for v in ordered]
-    outside = [("-" + m if v < 0 else m) for v, m in zip(ordered, mags) if not (minimum <= v <= maximum)
+    outside = [("-" + m if v < 0 else m) for v, m in zip(ordered, mags, strict=True) if not (minimum <= v <= maximum)
                and len(m) <= 16]
     zeros = [t for m in dict.fromkeys(mags) for t in ("0" + m, "-0" + m) if len(t) <= 17]
     # one scan of all probes, one per line, in the order above (the body's classes are digit ranges: no newline)
