@@ -348,6 +348,8 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("-n", "--predict", "--n-predict"), _set("n_predict", _stoi)),
     (("--keep",), _set("n_keep", _stoi)),
     (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", _stof)),
+    # params.verbosity: only whether it exceeds 9 matters here (server-schema.cpp: params.verbose)
+    (("-lv", "--verbosity", "--log-verbosity"), lambda st, v: st.__setitem__("verbose", _stoi(v) > 9)),
     # sampling (common_params_sampling); the user_set names are those Params.from_gguf knows
     (("--samplers",), _samp("samplers", lambda v: samplers_from_names(v.split(";")), "samplers")),
     (("-s", "--seed"), _samp("seed", _seed)),
@@ -423,7 +425,7 @@ _VOID: list[tuple[tuple[str, ...], Callable[[_State], None]]] = [
 IGNORED_FLAGS: dict[str, int] = {
     **dict.fromkeys(["--log-disable", "--log-prefix", "--no-log-prefix",
                      "--log-timestamps", "--no-log-timestamps", "--log-jsonl", "--no-log-jsonl"], 0),
-    "-lv": 1, "--verbosity": 1, "--log-verbosity": 1, "--log-file": 1, "--log-colors": 1, "--log-prompts-dir": 1,
+    "--log-file": 1, "--log-colors": 1, "--log-prompts-dir": 1,
     **dict.fromkeys(["--perf", "--no-perf", "--warmup", "--no-warmup", "--no-host", "--repack", "-nr",
                      "--no-repack", "-kvo", "--kv-offload", "-nkvo", "--no-kv-offload", "--op-offload",
                      "--no-op-offload", "--check-tensors",

@@ -4,7 +4,7 @@ For each template, llama-server (``tests.oracle.llama_server``) is started with 
 the default model, and the conversations of :data:`CASES` (the messages of llama-server's own template tests, plus a
 multi-turn and an assistant-prefill conversation) are sent to ``/apply-template``. The answers (status and prompt,
 or the error body) go to ``tests/data/server_templates.json``, which ``tests/test_server_templates.py`` compares with
-``constrained.chat`` for all templates. Run: ``python scripts/record_server_templates.py`` (about 3 minutes).
+``constrained.chat`` for all templates (with ``/props``' ``chat_template_caps``). Run: ``python scripts/record_server_templates.py`` (about 3 minutes).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def main() -> int:
                 for name, body in CASES.items():
                     status, payload = srv.request("POST", "/apply-template", body, raw=True)
                     rec[name] = {"status": status, "body": json.loads(payload)}
+                status, payload = srv.request("GET", "/props", None, raw=True)
+                rec["caps"] = json.loads(payload).get("chat_template_caps")
         except (RuntimeError, TimeoutError) as e:
             rec = {"start_error": str(e)[-300:]}
         out["templates"][f.name] = rec

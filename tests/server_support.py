@@ -48,7 +48,7 @@ def raw(srv: LlamaServer, method: str, path: str, body: Any = None, headers: dic
     return r.status, hd, payload
 
 
-VOLATILE = {"created", "timings", "media_marker", "id_task"}
+VOLATILE = {"created", "timings", "media_marker", "id_task", "time_ms"}
 
 
 def normalize(v: Any) -> Any:
@@ -92,4 +92,8 @@ TEMPLATE_CASES: dict[str, dict] = {
     "prefill": {"messages": [{"role": "user", "content": "What is the best book"},
                              {"role": "assistant", "content": "Whill"}]},
     "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
+    # typed content parts (test_chat_completion's user_prompt with two text parts), normalised per template caps
+    "typed-content": {"messages": [{"role": "system", "content": "Book"},
+                                   {"role": "user", "content": [{"type": "text", "text": "What is"},
+                                                                {"type": "text", "text": "the best book"}]}]},
 }

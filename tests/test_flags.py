@@ -78,8 +78,14 @@ def test_refusals_name_the_flag(argv: list[str], message: str) -> None:
 
 def test_harmless_flags_are_recorded() -> None:
     a = parse_server_args(["-ngl", "99", "--log-disable", "--no-warmup", "-lv", "3", "--numa", "distribute"])
-    assert a.ignored == ("--log-disable", "--no-warmup", "-lv", "--numa")
+    assert a.ignored == ("--log-disable", "--no-warmup", "--numa")
     assert a.n_gpu_layers == "99"
+
+
+def test_verbosity_above_9_is_verbose() -> None:
+    # params.verbose = params_base.verbosity > 9 (server-schema.cpp): -v is INT_MAX, -lv N sets it
+    assert parse_server_args(["-v"]).verbose and parse_server_args(["-lv", "10"]).verbose
+    assert not parse_server_args(["-v", "-lv", "9"]).verbose and not parse_server_args([]).verbose
 
 
 def test_every_flag_of_the_real_llama_server_is_known() -> None:

@@ -42,7 +42,8 @@ _WHY_REASONING_HISTORY = ("past assistant turns: llama-server renders them with 
                           "adds; not ported")
 KNOWN: dict[tuple[str, str], str] = {
     **{(f"{n}.jinja", "prefill"): _WHY_PREFILL for n in _PREFILL},
-    **{("Apertus-8B-Instruct.jinja", c): _WHY_THINKING for c in ("user", "multi-turn", "no-generation-prompt")},
+    **{("Apertus-8B-Instruct.jinja", c): _WHY_THINKING for c in ("user", "multi-turn", "no-generation-prompt",
+                                                                  "typed-content")},
     ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "multi-turn"): _WHY_REASONING_HISTORY,
     ("deepseek-ai-DeepSeek-V4.jinja", "multi-turn"): _WHY_REASONING_HISTORY,
 }
@@ -74,6 +75,15 @@ def test_apply_template_as_llama_server(name: str, case: str, monkeypatch: pytes
         assert not same, f"listed as known but now identical: remove it from KNOWN ({known})"
         pytest.xfail(known)
     assert same, (status, prompt, want)
+
+
+@pytest.mark.parametrize("name", sorted(REC["templates"]), ids=[n[:-6] for n in sorted(REC["templates"])])
+def test_content_caps_as_llama_server(name: str) -> None:
+    # /props' chat_template_caps: whether the template takes string and/or typed content (jinja::caps_get)
+    caps = REC["templates"][name]["caps"]
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    want = (caps["supports_string_content"], caps["supports_typed_content"])
+    assert ChatTemplates(src).content_caps == want
 
 
 def test_all_templates_recorded() -> None:

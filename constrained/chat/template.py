@@ -268,11 +268,32 @@ class ChatTemplates:
             self._sys_role = v
         return v
 
+    @property
+    def content_caps(self) -> tuple[bool, bool]:
+        """``(supports_string_content, supports_typed_content)`` as ``jinja::caps_get`` finds them.
+
+        >>> ChatTemplates(None).content_caps
+        (True, False)
+        """
+        v = getattr(self, "_content_caps", None)
+        if v is None:
+            v = self._content_caps = _content_caps(self.source)
+        return v
+
     def prepare_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The workarounds ``common_chat_templates_apply_jinja`` applies before rendering: ``developer`` becomes
+        """The workarounds ``common_chat_templates_apply_jinja`` applies before rendering: the content normalised
+        to what the template takes (``messages_inp_normalizer``: typed parts joined with newlines for a
+        string-only template, a string wrapped as one text part for a typed-only one), ``developer`` becomes
         ``system`` (except for GPT-OSS templates), and a system message the template ignores is merged into the
         next message (``system_message_not_supported``)."""
         msgs = [dict(m) for m in messages]
+        string_ok, typed_ok = self.content_caps
+        for m in msgs:
+            c = m.get("content")
+            if string_ok and not typed_ok and isinstance(c, list):
+                m["content"] = concat_content_parts(c)
+            elif typed_ok and not string_ok and isinstance(c, str):
+                m["content"] = [{"type": "text", "text": c}]
         if "<|channel|>" not in self.source:
             for m in msgs:
                 if m.get("role") == "developer":
@@ -291,6 +312,124 @@ class ChatTemplates:
             return self.apply_legacy(messages, add_generation_prompt)
         return self.render_jinja(messages, add_generation_prompt=add_generation_prompt, tools=tools,
                                  enable_thinking=enable_thinking, extra_context=chat_template_kwargs)
+
+
+def concat_content_parts(parts: list[Any]) -> str:
+    """``messages_inp_normalizer::concat_content_parts``: text parts joined with newlines (none around media
+    markers), other part types ignored.
+
+    >>> concat_content_parts([{"type": "text", "text": "a"}, {"type": "image_url"}, {"type": "text", "text": "b"}])
+    'a\\nb'
+    """
+    text = ""
+    last_media = False
+    for part in parts:
+        kind = part.get("type", "") if isinstance(part, dict) else ""
+        if kind == "text":
+            newline = not last_media and bool(text)
+            last_media = False
+        elif kind == "media_marker":
+            newline = False
+            last_media = True
+        else:
+            continue
+        if newline:
+            text += "\n"
+        t = part.get("text", "")
+        text += t if isinstance(t, str) else ""
+    return text
+
+
+class _ProbeStr(str):
+    """A message content that records how the template uses it (llama.cpp's engine records ``stats.ops``)."""
+
+    ops: set[str]
+
+    def __iter__(self) -> Any:                 # a for loop over a string: llama.cpp's engine throws
+        if _from_for_loop():
+            self.ops.add("array_access")
+            self.ops.add("iterated")
+        return super().__iter__()
+
+
+class _ProbeList(list):  # type: ignore[type-arg]
+    ops: set[str]
+
+    def __iter__(self) -> Any:
+        if _from_for_loop():
+            self.ops.add("array_access")
+        return super().__iter__()
+
+
+def _from_for_loop() -> bool:
+    # a template's own {% for %} (its compiled code, or jinja2's LoopContext), not a filter iterating the value
+    import sys
+
+    f = sys._getframe(2)
+    name = f.f_code.co_filename
+    return name == "<template>" or name.endswith(("jinja2/runtime.py", "jinja2\\runtime.py"))
+
+
+def _content_caps(source: str) -> tuple[bool, bool]:
+    # jinja::caps_get's typed-content check: render [{"role": "user", "content": probe}] (tools [], empty BOS/EOS,
+    # add_generation_prompt) and look at what the template did with the content
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    base = _env()
+
+    class ProbeEnv(ImmutableSandboxedEnvironment):
+        def getitem(self, obj: Any, argument: Any) -> Any:
+            if isinstance(obj, (_ProbeStr, _ProbeList)) and isinstance(argument, (int, bool)):
+                obj.ops.add("array_access")
+            return super().getitem(obj, argument)
+
+    env = ProbeEnv(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, undefined=base.undefined,
+                   extensions=[type(e) for e in base.extensions.values()])
+    env.filters.update(base.filters)
+    env.globals.update(base.globals)
+    sel = env.filters["selectattr"]
+
+    def selectattr(ctx: Any, value: Any, *args: Any, **kw: Any) -> Any:
+        if isinstance(value, (_ProbeStr, _ProbeList)):
+            value.ops.add("selectattr")
+        return sel(ctx, value, *args, **kw)
+    selectattr.jinja_pass_arg = sel.jinja_pass_arg  # type: ignore[attr-defined]
+    env.filters["selectattr"] = selectattr
+    is_string = env.tests["string"]
+
+    def test_string(value: Any) -> bool:
+        if isinstance(value, (_ProbeStr, _ProbeList)):
+            value.ops.add("test_is_string")
+        return bool(is_string(value))
+    env.tests["string"] = test_string
+    try:
+        tmpl = env.from_string(source)
+    except jinja2.TemplateError:
+        return True, False
+
+    def run(content: Any) -> tuple[bool, str]:
+        content.ops = set()
+        try:
+            out = tmpl.render(messages=[{"role": "user", "content": content}], tools=[], bos_token="",
+                              eos_token="", add_generation_prompt=True)
+        except Exception:  # noqa: BLE001 - a failed render is a finding, as caps_try_execute ignores it
+            return False, ""
+        return "iterated" not in content.ops, out
+
+    string_ok, typed_ok = True, False
+    marker = _ProbeStr("STRING_MARKER")
+    ok, out = run(marker)
+    used_as_array = bool(marker.ops & {"selectattr", "array_access"})
+    typed_ok = used_as_array
+    if not ok or (used_as_array and "STRING_MARKER" not in out):
+        string_ok = False
+    if "test_is_string" in marker.ops:
+        empty = _ProbeList()
+        ok2, _ = run(empty)
+        if ok2 and empty.ops & {"selectattr", "array_access"}:
+            typed_ok = True
+    return string_ok, typed_ok
 
 
 _USER_MSG = "U_USER_MSG Hello END_U"          # chat-diff-analyzer.cpp's probe messages
