@@ -71,22 +71,23 @@ def _ordered_rejects(cg: CompiledGrammar, stacks, partial) -> set[int]:  # noqa:
     return {c[0] for c in cg.rules.reject_candidates(stacks, cands)}
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=pieces_st, gi=st.integers(0, len(GRAMMARS) - 1), data=st.data())
 def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:
-    # half the examples with the loop shortcut on at any row count (it normally waits for LOOP_MIN_ROWS rows)
-    with _loop_rows(0 if data.draw(st.booleans()) else mask_mod.LOOP_MIN_ROWS):
+    # most examples with the loop shortcut and the trie ranges on at any row count (they normally wait for
+    # LOOP_MIN_ROWS / RANGE_MIN_ROWS rows)
+    with _small_thresholds(data.draw(st.sampled_from([(0, 0), (0, 10**9), (10**9, 0), (256, 512)]))):
         _fast_mask_equals_exact_port(pieces, gi, data)
 
 
 @contextlib.contextmanager
-def _loop_rows(n: int):  # noqa: ANN202
-    old = mask_mod.LOOP_MIN_ROWS
-    mask_mod.LOOP_MIN_ROWS = n
+def _small_thresholds(loop_range: tuple[int, int]):  # noqa: ANN202
+    old = mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS
+    mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS = loop_range
     try:
         yield
     finally:
-        mask_mod.LOOP_MIN_ROWS = old
+        mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS = old
 
 
 def _fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:

@@ -310,6 +310,20 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             work.looped += k0 - len(matched)
             work.spend(n // 64)
         else:
+            cps = _single_cps(g, top) if t.lex is not None else None
+            if cps is not None and t.n >= RANGE_MIN_ROWS:     # the first code point's rows, as trie ranges
+                work.rows += n - k0
+                work.visits += 1
+                nxt = g.next_stacks(s)
+                col0 = t.lex[1][0]
+                for c in cps:
+                    a, b = int(np.searchsorted(col0, c, "left")), int(np.searchsorted(col0, c, "right"))
+                    if b > a:
+                        i = int(np.searchsorted(t.cp0, c, "left"))
+                        asc = t.order0[i:i + b - a]       # the same rows in ascending order
+                        for s2 in nxt:
+                            _acc_range(g, t, s2, a, b, 1, asc, acc, pops, work)
+                continue
             matched = _first_rows_cached(g, top, t)
         matched = matched[~acc[matched]]
         work.rows += len(matched) + (n - k0)
@@ -318,6 +332,77 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
             acc[matched[sub]] = True
     return acc
+
+
+RANGE_MIN_ROWS = 512
+"""Trie ranges smaller than this are walked row by row (binary searches cost more than they save)."""
+
+
+def _single_cps(g: GrammarRules, p: int) -> tuple[int, ...] | None:
+    """The code points of a positive class of at most 8 single code points, else None."""
+    positive, items, _ = g.classes[p]
+    if not positive or len(items) > 8 or any(lo != hi for lo, hi in items):
+        return None
+    return tuple(sorted({lo for lo, _ in items}))
+
+
+def _acc_range(g: GrammarRules, t: TokenTable, s: Stack, a: int, b: int, d: int, asc: np.ndarray | None,
+               acc: np.ndarray, pops: list | None, work: WorkBudget) -> None:
+    """``llama_grammar_reject_candidates_for_stack`` for the rows sharing one prefix of ``d`` code points: the slice
+    ``a:b`` of the table's trie order (``asc``: the same rows in ascending order, if at hand). Accepted rows are set
+    in ``acc`` (bool over rows; rows already set there are not walked again). A class is matched against the slice by
+    binary search: a single code point leads to a narrower slice one code point deeper; other spans, small slices and
+    stacks topped by a token, the sentinel, a loop or nothing are walked row by row (:func:`_acc_stack`)."""
+    work.spend(VISIT_COST)
+    work.visits += 1
+    order, cols = t.lex
+    top = s[-1] if s else -1
+    if (d >= len(cols) or b - a < RANGE_MIN_ROWS or not s or top == g.bottom or g.types[top] == TOKEN
+            or g.types[top] == TOKEN_NOT or g.loop_exits(s) is not None):
+        _rows_walk(g, t, s, np.sort(order[a:b]) if asc is None else asc, d, acc, pops, work)
+        return
+    col = cols[d]
+    e = int(np.searchsorted(col[a:b], 0))        # the rows that end here come first (-1)
+    c = col[a + e:b]
+    positive, items, _ = g.classes[top]
+    spans = sorted((int(np.searchsorted(c, lo, "left")), int(np.searchsorted(c, hi, "right"))) for lo, hi in items)
+    if not positive:
+        out, at = [], 0
+        for i0, i1 in spans:
+            if i0 > at:
+                out.append((at, i0))
+            at = max(at, i1)
+        spans = out + ([(at, len(c))] if at < len(c) else [])
+    multi = [(i0, i1) for i0, i1 in spans if i1 > i0 and c[i0] != c[i1 - 1]]
+    if asc is not None and sum(i1 - i0 for i0, i1 in multi) * 4 > len(c):
+        _rows_walk(g, t, s, asc, d, acc, pops, work)        # mostly wide spans: a class test over the rows
+        return
+    work.rows += e                  # the slice itself costs binary searches, not row steps
+    if e:
+        er = order[a:a + e]
+        er = er[~acc[er]]
+        rem = t.rem[er]
+        acc[er[(rem == 0) | _partial_match(g, top, t.val[er], rem)]] = True
+    nxt = g.next_stacks(s)
+    for i0, i1 in spans:
+        if i1 <= i0:
+            continue
+        if c[i0] == c[i1 - 1]:          # one code point: the rows one code point deeper are one slice again
+            for s2 in nxt:
+                _acc_range(g, t, s2, a + e + i0, a + e + i1, d + 1, None, acc, pops, work)
+        else:
+            rows = np.sort(order[a + e + i0:a + e + i1])
+            rows = rows[~acc[rows]]
+            if len(rows):
+                work.spend(len(rows))
+                acc[rows[_acc_stacks(g, t, nxt, rows, d + 1, pops, work)]] = True
+
+
+def _rows_walk(g: GrammarRules, t: TokenTable, s: Stack, rows: np.ndarray, d: int, acc: np.ndarray,
+               pops: list | None, work: WorkBudget) -> None:
+    rows = rows[~acc[rows]]
+    if len(rows):
+        acc[rows[_acc_stack(g, t, s, rows, d, pops, work)]] = True
 
 
 def _acc_stacks(g: GrammarRules, t: TokenTable, stacks: Stacks, rows: np.ndarray, d: int, pops: list | None,

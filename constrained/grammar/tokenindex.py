@@ -109,6 +109,7 @@ class TokenTable:
     cp0: np.ndarray = None       # first code points in that order
     longer: np.ndarray = None    # longer[d] = number of rows with length > d (= first row with length <= d)
     inv: np.ndarray = None       # row of each token id, when the table holds every id once (the vocabulary table)
+    lex: tuple = None            # (order, columns): see build_lex (the vocabulary table)
 
     @property
     def n(self) -> int:
@@ -122,6 +123,22 @@ class TokenTable:
             k = int(self.longer[d])
             c = cols[d] = self.flat[self.start[:k] + d].astype(np.int32)
         return c
+
+    def build_lex(self, depth: int = 4) -> None:
+        """A token trie as sorted arrays: ``lex = (order, cols)``, ``order`` the rows with code points sorted by their
+        first ``depth`` code points (then by row), ``cols[d]`` the code point at depth ``d`` in that order (-1 past the
+        end). The rows sharing a prefix of ``d < depth`` code points are then one slice of ``order``, within which
+        ``cols[d]`` is sorted (those that end first): a class test at depth ``d`` is a binary search per range."""
+        k0 = int(self.longer[0]) if len(self.longer) else 0
+        cols = []
+        for d in range(depth):
+            k = int(self.longer[d]) if d < len(self.longer) else 0
+            c = np.full(k0, -1, dtype=np.int32)
+            if k:
+                c[:k] = self.col(d)
+            cols.append(c)
+        order = np.lexsort(cols[::-1]) if k0 else np.zeros(0, dtype=np.int64)
+        self.lex = (order, [c[order] for c in cols])
 
     def summary(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per row, which code points it holds, in brief: ``(lo, hi, na_min, na_max)``, the bits of its ASCII code
@@ -261,6 +278,7 @@ class VocabIndex:
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
         self.table.summary()
+        self.table.build_lex()
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
         self.cont_ids = [i for i, p in enumerate(self.pieces)
                          if p and (p[0] >> 6) == 2 and not self.eog[i]]
