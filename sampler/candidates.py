@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import stdalgo
+from . import heapselect, stdalgo
 
 _F32 = np.float32
 _BUCKET_SCALE = _F32(6.4)   # 128 / (10 - -10), in float
@@ -123,18 +123,15 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     """The first ``k`` indices of ``std::partial_sort(first, first+k, last, greater)`` over ``keys``.
 
     Without ties among the leaders the answer is just the top ``k`` by value (found with one threshold pass);
-    otherwise libstdc++'s heap selection decides, run exactly by :func:`sampler.stdalgo.partial_sort_top` (on the
-    whole array for large ones, else on the elements that can take part in it, see :func:`heap_participants`).
+    otherwise libstdc++'s heap selection decides, run exactly on the elements that can enter the heap
+    (:func:`sampler.heapselect.top_k` for large arrays, else :func:`heap_participants` and
+    :func:`sampler.stdalgo.partial_sort_top`).
     """
     if k <= 0:
         return np.empty(0, np.intp)
     n = len(keys)
     if n >= 8192 and k <= 256:
-        fast = _distinct_top(keys, k)
-        if fast is not None:
-            return fast
-        # tied leaders: the exact heap run over the whole array (its own filter skips what cannot enter)
-        return stdalgo.partial_sort_top(keys, k, descending=True)
+        return heapselect.top_k(keys, k)  # one pass, then the heap on what can enter it
     sub = heap_participants(keys, k)
     vals = keys if sub is None else keys[sub]
     m = len(vals)
@@ -150,31 +147,6 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     else:
         chosen = stdalgo.partial_sort_top(vals, k, descending=True)
     return chosen if sub is None else sub[chosen]
-
-
-def _distinct_top(keys: np.ndarray, k: int) -> np.ndarray | None:
-    """Top-k indices in descending order when the k+1 largest values are all distinct (one threshold pass over a
-    sampled cut-off), else None (at once when the sample's leaders already tie: a cost decision only)."""
-    n = len(keys)
-    stride = n // 2048
-    sample = keys[::stride]
-    m = len(sample)
-    r = min(m, (4 * k) // stride + 2)
-    part = np.partition(sample, m - r)
-    lead = np.sort(part[m - r:])
-    if (lead[1:] == lead[:-1]).any():  # ties among the sampled leaders: the full check would most likely fail too
-        return None
-    t = lead[0]
-    idx = np.flatnonzero(keys >= t)
-    if len(idx) <= k:
-        return None
-    vals = keys[idx]
-    lead = np.argpartition(vals, len(vals) - (k + 1))[len(vals) - (k + 1):]
-    order = lead[np.argsort(vals[lead])[::-1]]
-    top = vals[order]
-    if not np.all(top[:-1] > top[1:]):
-        return None
-    return idx[order[:k]]
 
 
 def partial_sort_full(keys: np.ndarray, k: int) -> np.ndarray:

@@ -56,6 +56,25 @@ class _Empty:
         return self
 
 
+def _noop(st: Any) -> bool:
+    """Whether a sampler's apply returns at once, touching nothing (no draw either): the chain skips it."""
+    if isinstance(st, _Empty):
+        return True
+    if isinstance(st, Penalties):
+        return st.disabled()
+    if isinstance(st, TopK):
+        return st.k <= 0
+    if isinstance(st, TopP | Typical):
+        return bool(st.p >= 1.0)
+    if isinstance(st, MinP):
+        return bool(st.p <= 0.0)
+    if isinstance(st, TopNSigma):
+        return bool(st.n <= 0.0)
+    if isinstance(st, XTC):
+        return bool(st.probability <= 0.0 or st.threshold > 0.5)
+    return False
+
+
 def _check_penalties(p: Params) -> None:
     # as the checks at the top of common_sampler_init (reported by llama-server with this prefix)
     pre = "Failed to initialize samplers: "
@@ -93,6 +112,7 @@ class Sampler:
         self.vocab = vocab
         self.n_vocab: int | None = len(vocab) if vocab is not None else None
         self.steps: list[Any] | None = None
+        self._active: list[Any] = []  # the steps whose apply does something (see _noop)
         self.cur: Candidates | None = None
         self._pending: list[int] = []
         if self.n_vocab is not None:
@@ -159,6 +179,7 @@ class Sampler:
         else:
             steps += [Temp(p.temp), MirostatV2(p.seed, p.mirostat_tau, p.mirostat_eta)]
         self.steps = steps
+        self._active = [st for st in steps if not _noop(st)]
         self.n_vocab = n_vocab
         for t in self._pending:
             self._accept_checked(t)
@@ -183,7 +204,7 @@ class Sampler:
 
     def _run(self, cand: Candidates) -> Candidates:
         assert self.steps is not None
-        for st in self.steps:
+        for st in self._active:
             st.apply(cand)
         self.cur = cand
         return cand
@@ -256,6 +277,7 @@ class Sampler:
         are copied, except adaptive-p's generator, which llama.cpp re-creates from the seed."""
         s = copy.copy(self)
         s.steps = [st.clone() for st in self.steps] if self.steps is not None else None
+        s._active = [st for st in s.steps if not _noop(st)] if s.steps is not None else []
         s._pending = list(self._pending)
         s.cur = self.cur.copy() if self.cur is not None else None
         return s

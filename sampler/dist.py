@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import os
 import random
 
@@ -41,7 +42,9 @@ def fsum_seq(x: np.ndarray) -> np.float32:
     """A float32 sum in array order (``float s = 0; s += x[i]``)."""
     if len(x) == 0:
         return _F32(0.0)
-    return np.cumsum(x, dtype=_F32)[-1]
+    if x.dtype != _F32:
+        x = x.astype(_F32)
+    return np.add.accumulate(x)[-1]  # cumsum's own loop (sequential), without its dtype dispatch
 
 
 def scan_max(start: np.float32, x: np.ndarray) -> np.float32:
@@ -72,14 +75,14 @@ def softmax(c: Candidates, do_sort: bool) -> None:
     if do_sort and not c.sorted:
         c.partial_sort_inplace(c.size)
     m = max_logit(c)
-    if not np.isfinite(m):  # all -inf (or a +inf): NaN probabilities, with the NaN bits the hardware gives C
+    if not math.isfinite(m):  # all -inf (or a +inf): NaN probabilities, with the NaN bits the hardware gives C
         with np.errstate(invalid="ignore"):
             p = mathf.expf_vec(c.logits - m)
             c.p = p / fsum_seq(p)
         return
     p = mathf.expf_vec(c.logits - m)
-    total = fsum_seq(p)
-    if np.isfinite(total):
+    total = np.add.accumulate(p)[-1]  # fsum_seq
+    if math.isfinite(total):
         c.p = p / total
     else:  # a +inf logit behind data[0] of a "sorted" array (huge logits sort into bucket 0): NaN/inf, as in C
         with np.errstate(invalid="ignore"):
@@ -115,7 +118,7 @@ class Dist:
             c.p[0] = 1.0
             return
         m = max_logit(c)
-        if not np.isfinite(m):  # all -inf (or a +inf): NaN sums, nothing found, the last index is taken
+        if not math.isfinite(m):  # all -inf (or a +inf): NaN sums, nothing found, the last index is taken
             uniform_real_double(self.rng)
             c.selected = n - 1
             with np.errstate(invalid="ignore"):
@@ -125,13 +128,16 @@ class Dist:
         with np.errstate(invalid="ignore", over="ignore"):
             z = c.logits - m
         p = mathf.expf_vec(z)  # outside the errstate: see expf_vec
-        run = np.cumsum(p, dtype=np.float64)  # float p added to a double running sum, in array order
+        run = np.add.accumulate(p, dtype=np.float64)  # float p added to a double running sum, in array order
         total = run[-1]
         tgt = total * uniform_real_double(self.rng)
-        i = int(np.searchsorted(run, tgt, side="left"))  # the first i with run[i] >= tgt (run never decreases)
+        i = int(run.searchsorted(tgt, side="left"))  # the first i with run[i] >= tgt (run never decreases)
         c.selected = i if i < n else n - 1
-        with np.errstate(invalid="ignore"):
+        if math.isfinite(total):  # >= 1 (the maximum's own term): nothing to warn about
             c.p = (p / total).astype(_F32)
+        else:
+            with np.errstate(invalid="ignore"):
+                c.p = (p / total).astype(_F32)
 
     def accept(self, token: int) -> None:
         pass

@@ -110,16 +110,29 @@ def expf_vec(x: np.ndarray) -> np.ndarray:
         # inside it about 1 us slower (numpy 2), which dominates on the few candidates left after top-k
         y = np.exp(x.astype(np.float64))
         out = y.astype(np.float32)
-        hard = (y * (1.0 - _MARGIN)).astype(np.float32) != (y * (1.0 + _MARGIN)).astype(np.float32)
+        # a float32 rounding boundary (a midpoint between two floats) has its 29 low double-significand bits at
+        # 2**28 in the binade of y; relative 2**-32 of y is under 2**21 of those units, so "hard" (the same test as
+        # below) is |low29 - 2**28| <= 2**21, one masked compare.  Results below 2**-126 (float32 subnormals: a
+        # coarser grid) and NaN are sent to libm as well.
+        b = y.view(np.int64)
+        hard = ((b - _MID_LO) & _LOW29) <= _MID_W
+        if not y.min() >= _TINY:  # (NaN too)
+            hard |= ~(y >= _TINY)
     else:
         with np.errstate(over="ignore", under="ignore", invalid="ignore"):
             y = np.exp(x.astype(np.float64))
             out = y.astype(np.float32)
             hard = (y * (1.0 - _MARGIN)).astype(np.float32) != (y * (1.0 + _MARGIN)).astype(np.float32)
-    if hard.any():
+    if np.count_nonzero(hard):
         idx = np.flatnonzero(hard)
         out[idx] = _expf_u(x[idx]).astype(np.float32)
     return out
+
+
+_LOW29 = np.int64((1 << 29) - 1)
+_MID_LO = np.int64((1 << 28) - (1 << 21))
+_MID_W = np.int64(1 << 22)
+_TINY = 2.0**-126
 
 
 def logf_vec(x: np.ndarray) -> np.ndarray:

@@ -75,9 +75,10 @@ class Penalties:
         self.present = _F32(present)
         self.prev: deque[int] = deque()
         self.count: dict[int, int] = {}
+        self._off = self.last_n == 0 or (self.repeat == 1.0 and self.freq == 0.0 and self.present == 0.0)
 
     def disabled(self) -> bool:
-        return self.last_n == 0 or (self.repeat == 1.0 and self.freq == 0.0 and self.present == 0.0)
+        return self._off
 
     # as llama_sampler_penalties_accept
     def accept(self, token: int) -> None:

@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import mathf, stdalgo
@@ -80,7 +82,12 @@ class TopP(_Stateless):
         elif not c.sorted:
             c.partial_sort_inplace(k)
         p = c.p if buf is None else c.p[buf]
-        cum = np.cumsum(p, dtype=_F32)
+        cum = np.add.accumulate(p)  # float running sum (cumsum's loop)
+        if buf is None and self.min_keep <= 1 and math.isfinite(cum[-1]):
+            # finite p >= 0 (a NaN would reach the last sum): cum never decreases, so the first cum >= p bisects
+            i = int(cum.searchsorted(self.p, side="left"))
+            c.truncate(i + 1 if i < n else n)
+            return
         ok = cum >= self.p
         if self.min_keep > 1:
             ok[: self.min_keep - 1] = False
@@ -124,12 +131,13 @@ class MinP(_Stateless):
     def __init__(self, p: float, min_keep: int) -> None:
         self.p = _F32(p)
         self.min_keep = int(min_keep)
+        self._lp = _F32(mathf.logf(float(self.p))) if self.p > 0.0 else _F32(0.0)
 
     # as llama_sampler_min_p_apply
     def apply(self, c: Candidates) -> None:
         if self.p <= 0.0 or c.size == 0:
             return
-        lp = _F32(mathf.logf(float(self.p)))
+        lp = self._lp
         if not c.sorted:
             mx = scan_max(_F32(-_FLT_MAX), c.logits)
             min_logit = _F32(mx + lp)

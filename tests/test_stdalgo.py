@@ -211,3 +211,47 @@ def test_partial_sort_top_nan_after_head(oracle):
         assert np.array_equal(S.partial_sort_top(keys, k, descending=op == PSORT_D), w[:k]), (op, len(keys), k)
     with pytest.raises(ValueError, match="NaN"):
         S.partial_sort_top(np.array([1.0, np.nan, 2.0], dtype=np.float32), 2)
+
+
+def _big_tie_keys(rs: np.random.Generator, n: int, kind: int) -> np.ndarray:
+    x = rs.standard_normal(n) * rs.uniform(1, 4)
+    if kind == 0:
+        k = np.round(x * 2) / 2                      # quantised logits: heavy ties among the leaders
+    elif kind == 1:
+        k = np.round(x)
+        k[rs.random(n) < 0.6] = -np.inf             # -inf heavy
+    elif kind == 2:
+        k = np.sort(np.round(x))                     # ascending: every element beats the heap top
+    elif kind == 3:
+        k = np.sort(np.round(x))[::-1]               # descending: none does
+    elif kind == 4:
+        k = np.round(x) * 1e30                       # huge, tied
+        k[rs.random(n) < 0.01] = np.inf
+    elif kind == 5:
+        k = np.full(n, 3.5)
+        k[rs.integers(0, n, 30)] = 4.0               # all equal but a few (fewer than k above the rest)
+    elif kind == 6:
+        k = np.round(x * 2) / 2 * 1e-40              # subnormal, tied; -0.0 and 0.0 mixed
+        k[rs.random(n) < 0.2] = -0.0
+    else:
+        k = x                                        # distinct (the fast path)
+    return k.astype(np.float32)
+
+
+def test_heapselect_top_k_large(oracle):
+    # sampler.heapselect.top_k (one pass, then the heap on the elements that can enter it) against libstdc++'s
+    # partial_sort at vocabulary sizes, on tie-heavy, -inf-heavy, presorted, huge and subnormal keys
+    from sampler.heapselect import top_k
+    rs = np.random.default_rng(17)
+    cases = []
+    for i in range(40):
+        n = int(rs.choice([8192, 32_000, 151_936, 262_144]))
+        k = int(rs.choice([1, 2, 40, 40, 100, 128, 256]))
+        cases.append((PSORT_D, _big_tie_keys(rs, n, i % 8), k))
+    sparse = np.full(262_144, -np.inf, np.float32)  # only the sampled positions hold values: the sample misleads
+    sparse[::128] = np.round(rs.standard_normal(2048)).astype(np.float32)
+    cases += [(PSORT_D, sparse, 40), (PSORT_D, sparse, 256)]
+    want = oracle(cases)
+    for (_, keys, k), w in zip(cases, want, strict=True):
+        assert np.array_equal(top_k(keys, k), w[:k]), (len(keys), k)
+    assert len(cases) == 42

@@ -1,0 +1,113 @@
+"""libstdc++'s ``std::partial_sort`` top ``k`` (``__heap_select`` + ``__sort_heap``) run only on the elements that
+can enter its heap: what top-k needs on a large vocabulary whose leading logits tie.
+
+``std::partial_sort(first, first + k, last, greater)`` heapifies the first ``k`` elements, then, for each later
+element ``i``, replaces the heap top when ``*i > top`` (``comp(*i, *first)``).  The heap always holds the ``k`` largest
+values of the prefix seen so far (as a multiset), so its top is the ``k``-th largest value of ``keys[:i]``: an element
+below that value changes nothing and may be skipped.  :func:`top_sparse` takes that skip as given for every position
+at or after ``stop`` that is not in ``tail``; :func:`top_k` establishes it with one pass over the keys (every element
+``>= t`` for a threshold ``t`` taken from a sample: once the prefix holds ``k`` of them, the top is ``>= t``).
+
+The heap itself runs in C :mod:`heapq`, which performs libstdc++'s very moves (see
+:func:`sampler.stdalgo._heap_select`); entries are plain floats compared by value alone, so ties fall the same way.
+Only the survivors are mapped back to their positions, by object identity, at the end.
+
+Example:
+    >>> import numpy as np
+    >>> from sampler import stdalgo
+    >>> keys = np.round(np.random.default_rng(1).standard_normal(50_000) * 2).astype(np.float32)
+    >>> bool((top_k(keys, 40) == stdalgo.partial_sort_top(keys, 40)).all())
+    True
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import heapq
+import itertools
+
+import numpy as np
+
+from . import stdalgo
+
+__all__ = ["top_k", "top_sparse"]
+
+_GROW = 2  # chunk growth of the candidate filter (cost only: any chunking is exact)
+_FIRST = 128
+
+
+def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndarray:
+    """``std::partial_sort(first, first + k, last, greater)``'s first ``k`` (as indices), given that no element at a
+    position ``>= stop`` outside ``tail`` (ascending positions, all ``>= stop``) can enter the heap.
+
+    ``keys`` is float32 without NaN among the first ``k``; ``0 < k <= min(stop, 2500)``.
+    """
+    head = keys[:k].tolist()
+    heap = head[:]
+    heapq.heapify(heap)  # __make_heap (CPython's heapify for up to 2500 entries: see stdalgo._heap_select)
+    pushpop = functools.partial(heapq.heappushpop, heap)  # "if (*i > top) __pop_heap(first, middle, i)"
+    vals_l: list[list[float]] = [head]
+    pos_l: list[np.ndarray] = [np.arange(k)]
+    drain = collections.deque(maxlen=0).extend
+    f32 = np.float32
+
+    def feed(chunk: np.ndarray, where: np.ndarray | int) -> None:
+        c = (chunk > f32(heap[0])).nonzero()[0]  # a superset: the top only rises within the chunk
+        if c.size:
+            v = chunk[c].tolist()
+            vals_l.append(v)
+            pos_l.append(c + where if isinstance(where, int) else where[c])
+            drain(map(pushpop, v))
+
+    pos, step = k, max(_FIRST, k)
+    while pos < stop:
+        end = min(stop, pos + step)
+        feed(keys[pos:end], pos)
+        pos, step = end, step * _GROW
+    if tail.size:
+        tv = keys[tail]
+        marks = []
+        p = max(stop, 1) * _GROW
+        while p < int(tail[-1]):
+            marks.append(p)
+            p *= _GROW
+        cuts = [0, *np.searchsorted(tail, marks).tolist(), tail.size]
+        for a, b in itertools.pairwise(cuts):
+            if b > a:
+                feed(tv[a:b], tail[a:b])
+    out = [heapq.heappop(heap) for _ in range(k)]  # __sort_heap fills the back first
+    out.reverse()
+    # every candidate is alive in vals_l, so id() names it; only the survivors are looked up
+    where = dict(zip(map(id, itertools.chain.from_iterable(vals_l)), np.concatenate(pos_l).tolist()))
+    return np.array([where[id(v)] for v in out], dtype=np.intp)
+
+
+def top_k(keys: np.ndarray, k: int) -> np.ndarray:
+    """``std::partial_sort(first, first + k, last, greater)``'s first ``k`` indices over float32 ``keys``.
+
+    For ``len(keys) >= 8192`` and ``k <= 256`` (smaller inputs go to :func:`sampler.stdalgo.partial_sort_top`).  One
+    pass finds every element ``>= t`` (``t`` from a sample of the keys); when the ``k + 1`` largest are distinct the
+    answer is their value order, else the heap runs on the elements that can enter it (:func:`top_sparse`).
+    """
+    n = len(keys)
+    if k <= 0:
+        return np.empty(0, np.intp)
+    if n < 8192 or k > 256 or np.isnan(keys[:k]).any():
+        return np.asarray(stdalgo.partial_sort_top(keys, k, descending=True), dtype=np.intp)
+    stride = n // 2048
+    sample = keys[::stride]
+    m = len(sample)
+    r = min(m, (4 * k) // stride + 2)
+    t = np.partition(sample, m - r)[m - r]  # the r-th largest of the sample (NaN sorts last, never here unless all)
+    idx = np.flatnonzero(keys >= t) if t == t else np.empty(0, np.intp)
+    if idx.size <= k:  # an unlucky sample: the heap over everything
+        return top_sparse(keys, k, n, np.empty(0, np.intp))
+    vals = keys[idx]
+    lead = np.argpartition(vals, idx.size - (k + 1))[idx.size - (k + 1):]
+    order = lead[np.argsort(vals[lead])[::-1]]
+    top = vals[order]
+    if np.all(top[:-1] > top[1:]):  # k + 1 distinct leaders: the heap can only give them in value order
+        return idx[order[:k]]
+    # after the k-th element >= t the heap top is >= t: only the other elements >= t can still enter
+    return top_sparse(keys, k, int(idx[k - 1]) + 1, idx[k:])
