@@ -79,7 +79,7 @@ def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndar
     out = [heapq.heappop(heap) for _ in range(k)]  # __sort_heap fills the back first
     out.reverse()
     # every candidate is alive in vals_l, so id() names it; only the survivors are looked up
-    where = dict(zip(map(id, itertools.chain.from_iterable(vals_l)), np.concatenate(pos_l).tolist()))
+    where = dict(zip(map(id, itertools.chain.from_iterable(vals_l)), np.concatenate(pos_l).tolist(), strict=True))
     return np.array([where[id(v)] for v in out], dtype=np.intp)
 
 
