@@ -95,6 +95,7 @@ _SERIAL = itertools.count()
 _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
 _LOCAL_BYTES = 32 << 20             # per compiled grammar: its per-suffix walks (the shared cache holds more)
 _TOKEN_TOP_BYTES = 8 << 20          # per compiled grammar: masks of token-topped stacks
+_UNION_BYTES = 16 << 20             # per compiled grammar: unions of the sure tokens of sets of positions
 _MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
 _MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer rest of stack
 _NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
@@ -135,6 +136,7 @@ class CompiledGrammar:
         self.initial_stacks: Stacks = self.rules.initial_stacks()
         self._local = _LRU(_LOCAL_BYTES)
         self._token_top = _LRU(_TOKEN_TOP_BYTES)
+        self._unions = _LRU(_UNION_BYTES)
         self._empty: np.ndarray | None = None
         self._serial = next(_SERIAL)
         self._masks, self._unc = _vocab_caches(self.index)
@@ -159,6 +161,7 @@ class CompiledGrammar:
         """Sizes of every cache this grammar uses (entries, held bytes or positions, bounds)."""
         return {"local": {"entries": len(self._local), "bytes": self._local.held, "budget": self._local.size},
                 "token_top": {"entries": len(self._token_top), "bytes": self._token_top.held},
+                "unions": {"entries": len(self._unions), "bytes": self._unions.held, "budget": self._unions.size},
                 "shared_local": {"entries": len(self.index.shared_local), "bytes": self.index.shared_local_held,
                                  "budget": self.index.shared_local_bytes},
                 "state_masks": {"entries": len(self._masks), "budget": self._masks.size},
@@ -244,8 +247,9 @@ class CompiledGrammar:
     def mask_for(self, stacks: Stacks, partial: Partial, *, state_cache: bool = True) -> np.ndarray:
         """The read-only mask ``llama_grammar_apply_impl`` gives in state ``(stacks, partial)``.
 
-        Masks are kept per state (LRU); ``state_cache=False`` bypasses that cache (the per-suffix caches still
-        apply), which the benchmark uses to time the computation itself.
+        Masks are kept per state (LRU); ``state_cache=False`` bypasses that cache (the per-position caches still
+        apply: each suffix's walk, the uncertain tokens' answers, and the union of the sure tokens of each set of
+        positions met), which the benchmark uses to time the computation itself.
 
         Raises:
             GrammarLimitError: the mask needs more than ``limits.max_mask_work`` row steps.
@@ -265,42 +269,58 @@ class CompiledGrammar:
             m = np.zeros(n, dtype=bool)
             m[pt.ids[acc]] = True
         else:
-            bits = np.zeros((n + 7) // 8, dtype=np.uint8)
             unc = []
             direct: list[Stack] = []
             new = 0
-            ored: set[int] = set()
+            parts: dict[Any, Any] = {}     # the positions this state is made of: suffixes, token tops, end
             for s in stacks:
                 if not s:
-                    bits |= self._empty_bits(work)
+                    parts[()] = None
                     continue
                 top = s[-1]
                 if g.types[top] in (TOKEN, TOKEN_NOT):
-                    bits |= self._token_bits(top, work)
+                    parts[top] = None
                     continue
                 below, suffix = g.split(s)
-                li = self._cached_local(suffix)
+                li = parts.get(suffix)
                 if li is None:
-                    if new >= _NEW_SUFFIXES_PER_MASK:
-                        direct.append(s)      # many new positions at once (wide alternatives): llama.cpp's walk
-                        continue
-                    new += 1
-                    li = self.local(suffix, work)
-                if id(li) not in ored:     # many stacks often share one suffix: OR its bits once
-                    ored.add(id(li))
-                    work.spend(VISIT_COST + len(bits))
-                    bits |= li.bits
+                    li = self._cached_local(suffix)
+                    if li is None:
+                        if new >= _NEW_SUFFIXES_PER_MASK:
+                            direct.append(s)      # many new positions at once (wide alternatives): llama.cpp's walk
+                            continue
+                        new += 1
+                        li = self.local(suffix, work)
+                    parts[suffix] = li
                 if li.keys is not None:
                     unc.append(self._uncertain(suffix, below, li, work))
-            m = np.unpackbits(bits, count=n).view(bool)
-            if direct:
-                seed = m[t.ids]
-                acc = walk(g, t, tuple(direct), work=work, seed=seed)
-                m[t.ids[acc]] = True
-            for rows in unc:
-                m[rows] = True
-        m[self.index.eog_ids] = any(not s for s in stacks)
-        m.setflags(write=False)
+            ukey = tuple(parts)
+            m = self._unions.get_lru(ukey)
+            if m is None:                 # the union of the positions' sure tokens, kept per set of positions
+                bits = np.zeros((n + 7) // 8, dtype=np.uint8)
+                for part, li in parts.items():
+                    work.spend(VISIT_COST + len(bits))
+                    if li is not None:
+                        bits |= li.bits
+                    elif part == ():
+                        bits |= self._empty_bits(work)
+                    else:
+                        bits |= self._token_bits(part, work)
+                m = np.unpackbits(bits, count=n).view(bool)
+                m[self.index.eog_ids] = () in parts
+                m.setflags(write=False)
+                self._unions.put(ukey, m, m.nbytes + 64 * len(ukey))
+            if direct or unc:
+                m = m.copy()
+                if direct:
+                    acc = walk(g, t, tuple(direct), work=work, seed=m[t.ids])
+                    m[t.ids[acc]] = True
+                for rows in unc:
+                    m[rows] = True
+                m.setflags(write=False)
+        if partial[1] > 0:
+            m[self.index.eog_ids] = any(not s for s in stacks)
+            m.setflags(write=False)
         if state_cache and sum(map(len, stacks)) <= _MAX_CACHED_STATE:
             self._masks.put(key, m)
         return m
