@@ -203,8 +203,11 @@ class TopNSigma(_Stateless):
         if self.n <= 0.0 or c.size <= 1:
             return
         lg = c.logits
-        valid = lg != -np.inf
-        vals = lg if valid.all() else lg[valid]
+        low = lg.min()
+        if low > -np.inf:  # no -inf (and no NaN: the minimum would be NaN): every logit counts
+            vals = lg
+        else:
+            vals = lg[lg != -np.inf]
         mx = scan_max(lg[0], vals)
         cnt = vals.size
         mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
@@ -214,7 +217,6 @@ class TopNSigma(_Stateless):
         accf = sq_dev_sum(d)  # outside the errstate (which slows every ufunc call inside it)
         std = _F32(np.sqrt(_F32(accf / _F32(cnt)))) if cnt else _F32(0)
         thr = _F32(mx - _F32(self.n * std))
-        low = lg.min()
         if thr > low or low != low:  # something may be masked (a NaN threshold masks nothing, NaN logits stay)
             with np.errstate(invalid="ignore"):
                 c.logits = np.where(lg < thr, _F32(-np.inf), lg)
