@@ -468,10 +468,9 @@ def build_app(state: ServerState) -> Starlette:
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
                            chat_template_kwargs=cfg.chat_template_kwargs)
-        from .chat_api import ResponseFormatParser
+        from .chat_api import parser_for
 
-        return await run_completion(request, body, "chat",
-                                    ResponseFormatParser if body.get("_response_format") else None)
+        return await run_completion(request, body, "chat", parser_for(body))
 
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:

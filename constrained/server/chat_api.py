@@ -23,7 +23,7 @@ from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
-__all__ = ["ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json",
+__all__ = ["ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json", "parser_for",
            "response_format_grammar"]
 
 
@@ -119,6 +119,14 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         if "grammar" in body:
             raise _bad("Cannot use custom grammar constraints with tools.")
         out["parse_tool_calls"] = True
+    tool_plan = None
+    if jinja and has_tools:                # tools_api: the tool setup (the generic format rewrites the messages)
+        from .tools_api import plan_tools
+
+        tool_plan = plan_tools(body, templates)
+        if tool_plan is not None:
+            msgs = tool_plan.messages(msgs)
+            tools = tool_plan.template_tools
     kwargs = dict(chat_template_kwargs or {})
     for k, v in _jv(body, "chat_template_kwargs", {}, dict).items():
         kwargs[k] = v
@@ -173,6 +181,9 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []
     out["generation_prompt"] = gen_prompt
+    if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
+        out.update(tool_plan.params())
+        out["_tools"] = tool_plan
     if _jv(body, "logprobs", False, bool):
         if has_tools and _jv(body, "stream", False, bool):
             raise _bad("logprobs is not supported with tools + stream")
@@ -339,3 +350,17 @@ def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, A
 
 def dumps_compact(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
+def parser_for(body: dict[str, Any]) -> Any:
+    """The chat output parser factory for a ``chat_params`` body: ``response_format``'s, the tool-call one
+    (``tools_api.ToolCallParser``), or ``None`` (content only)."""
+    if body.get("_response_format"):
+        return ResponseFormatParser
+    from .tools_api import ToolCallParser, ToolPlan
+
+    plan = body.get("_tools")
+    if isinstance(plan, ToolPlan) and plan.active:
+        gen_prompt = body.get("generation_prompt") or ""
+        return lambda: ToolCallParser(plan, gen_prompt)
+    return None
