@@ -63,6 +63,7 @@ class ServerConfig:
     cors_origins: str = "*"
     prefill_assistant: bool = True
     log_requests: bool = True
+    verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
     build_info: str = "b0-unknown"
 
 
@@ -106,7 +107,8 @@ class ServerState:
     def task_params(self, data: dict[str, Any], chat: bool) -> TaskParams:
         e = self.engine
         return TaskParams.from_body(data, n_parallel=e.n_parallel, vocab=e.vocab, base=e.cfg.sampling,
-                                    base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat)
+                                    base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat,
+                                    verbose=self.cfg.verbose)
 
 
 def _resp(obj: Any, status: int = 200) -> Response:
@@ -468,9 +470,44 @@ def build_app(state: ServerState) -> Starlette:
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
                            chat_template_kwargs=cfg.chat_template_kwargs)
-        from .chat_api import parser_for
+        from .chat_api import ResponseFormatParser
 
-        return await run_completion(request, body, "chat", parser_for(body))
+        return await run_completion(request, body, "chat",
+                                    ResponseFormatParser if body.get("_response_format") else None)
+
+    async def chat_input_tokens(request: Request) -> Response:
+        # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
+        data = await _body(request)
+        if not isinstance(data, dict):
+            raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
+        body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
+                           chat_template_kwargs=cfg.chat_template_kwargs)
+        n = len(eng.tokenize_prompt(body["prompt"]))
+        return _resp({"input_tokens": n, "object": "response.input_tokens"})
+
+    def not_supported(message: str) -> Any:
+        async def h(request: Request) -> Response:
+            raise HttpError(message, "not_supported_error")
+        return h
+
+    async def infill(request: Request) -> Response:
+        # post_infill's model check; with the three FIM tokens present we still refuse (infill is not served)
+        from llama_cpp import llama_cpp as L
+
+        v = eng.vocab_ptr
+        err = ""
+        if L.llama_vocab_fim_pre(v) == -1:
+            err += "prefix token is missing. "
+        if L.llama_vocab_fim_suf(v) == -1:
+            err += "suffix token is missing. "
+        if L.llama_vocab_fim_mid(v) == -1:
+            err += "middle token is missing. "
+        raise HttpError(f"Infill is not supported by this model: {err}" if err else
+                        "Infill is not supported by constrained serve", "not_supported_error")
+
+    async def feature_disabled(request: Request) -> Response:
+        # server.cpp res_403: /cors-proxy and /tools without --ui-mcp-proxy / --tools
+        return _resp({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, 403)
 
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:
@@ -495,6 +532,19 @@ def build_app(state: ServerState) -> Starlette:
         Route("/chat/completions", wrap(chat_completions), methods=["POST"]),
         Route("/tokenize", wrap(tokenize), methods=["POST"]), Route("/detokenize", wrap(detokenize), methods=["POST"]),
         Route("/apply-template", wrap(apply_template), methods=["POST"]),
+        Route("/v1/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
+        Route("/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
+        # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
+        # --slot-save-path (refused): llama-server's 501s
+        *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),
+                methods=["POST"]) for p in ("/embedding", "/embeddings", "/v1/embeddings")],
+        *[Route(p, wrap(not_supported("This server does not support reranking. Start it with `--reranking`")),
+                methods=["POST"]) for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")],
+        Route("/slots/{id_slot}", wrap(not_supported(
+            "This server does not support slots action. Start it with `--slot-save-path`")), methods=["POST"]),
+        Route("/infill", wrap(infill), methods=["POST"]),
+        Route("/cors-proxy", wrap(feature_disabled), methods=["GET", "POST"]),
+        Route("/tools", wrap(feature_disabled), methods=["GET", "POST"]),
     ]
     inner = Starlette(routes=routes)
     paths = {r.path for r in routes}
@@ -540,7 +590,7 @@ def build_app(state: ServerState) -> Starlette:
                 await _resp(middleware_error("Invalid API Key", "authentication_error", 401), 401)(
                     scope, receive, send_h)
                 return
-        if path not in paths:
+        if path not in paths and not (path.startswith("/slots/") and path[7:] and "/" not in path[7:]):
             await _resp(middleware_error("File Not Found", "not_found_error", 404), 404)(scope, receive, send_h)
             return
         await inner(scope, receive, send_h)
@@ -570,7 +620,8 @@ def _caps(t: ChatTemplates) -> dict[str, bool]:
 
     if hasattr(tm, "template_caps"):
         return tm.template_caps(t)
+    string_ok, typed_ok = t.content_caps
     return {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
             "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
-            "supports_string_content": True, "supports_system_role": True, "supports_tool_calls": False,
-            "supports_tools": False, "supports_typed_content": False}
+            "supports_string_content": string_ok, "supports_system_role": t.supports_system_role,
+            "supports_tool_calls": False, "supports_tools": False, "supports_typed_content": typed_ok}

@@ -90,6 +90,8 @@ class Partial:
     n_cached: int
     begin: bool = False
     timings: dict[str, Any] | None = None
+    #: with ``return_progress``: ``result_prompt_progress`` (total, cache, processed, time_ms); ``out`` is None
+    progress: dict[str, int] | None = None
 
 
 @dataclass
@@ -506,6 +508,10 @@ class Engine:
         if rc != 0:
             raise RuntimeError(f"llama_decode failed ({rc})")
         t1 = time.perf_counter()
+        for s in self.slots:                  # the prompt progress of every slot on its prompt (server-context.cpp)
+            if (s.state in ("prompt", "done_prompt") and s.task is not None and s.task.params.stream
+                    and s.task.params.return_progress):
+                self._progress(s)
         # prompts done: init the samplers, hand the state to the n > 1 children
         for s in self.slots:
             if s.state == "done_prompt":
@@ -588,8 +594,20 @@ class Engine:
         self.metrics["prompt_tokens_cached_total"] += n_past
         s.state = "prompt"
         if task.params.stream:
-            task.emit(Partial(task, None, 0, n_prompt, n_past, begin=True))
+            if task.params.return_progress:     # the initial 0% progress instead of the begin signal
+                self._progress(s)
+            else:
+                task.emit(Partial(task, None, 0, n_prompt, n_past, begin=True))
         return True
+
+    def _progress(self, s: _Slot) -> None:
+        # send_partial_response(slot, {}, true): an empty token (id 0, no text) with the prompt's progress
+        task = s.task
+        assert task is not None
+        prog = {"total": len(task.tokens), "cache": s.n_cached, "processed": len(s.tokens),
+                "time_ms": int((time.perf_counter() - s.t_start) * 1000)}
+        task.emit(Partial(task, TokenOut(0, b"", 0.0), s.n_decoded, len(task.tokens), s.n_cached,
+                          timings=self._timings(s) if task.params.timings_per_token else None, progress=prog))
 
     def _init_sampler(self, s: _Slot) -> None:
         assert s.sampler is not None and s.task is not None

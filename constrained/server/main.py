@@ -50,7 +50,8 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
     return ServerConfig(engine=eng, alias=list(a.alias), api_keys=list(a.api_key), jinja=a.jinja,
                         chat_template=tmpl, chat_template_kwargs=kwargs,
                         endpoint_slots=a.slots, endpoint_metrics=a.metrics, endpoint_props=a.props, ui=a.webui,
-                        cors_origins=a.cors_origins, prefill_assistant=a.prefill_assistant)
+                        cors_origins=a.cors_origins, prefill_assistant=a.prefill_assistant,
+                        verbose=a.verbose)
 
 
 def serve(argv: Sequence[str]) -> int:

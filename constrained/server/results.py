@@ -96,6 +96,8 @@ def completion_partial(e: Partial) -> dict[str, Any]:
                            "tokens_evaluated": e.n_prompt}
     if e.timings is not None:
         res["timings"] = e.timings
+    if e.progress is not None:
+        res["prompt_progress"] = e.progress
     if e.out.probs:
         res["completion_probabilities"] = probs_json([e.out], e.task.params.post_sampling_probs)
     return res
@@ -134,8 +136,12 @@ def oai_cmpl_partial(e: Partial, model: str, cmpl_id: str, fingerprint: str, cre
         "created": created, "model": model, "system_fingerprint": fingerprint, "object": "text_completion",
         "id": cmpl_id,
     }
+    if e.task.params.verbose:                 # extra fields for debugging: the partial's own /completion JSON
+        res["__verbose"] = completion_partial(e)
     if e.timings is not None:
         res["timings"] = e.timings
+    if e.progress is not None:
+        res["prompt_progress"] = e.progress
     return res
 
 
@@ -168,7 +174,7 @@ def chat_partial(e: Partial, diffs: list[dict[str, Any]], model: str, cmpl_id: s
     logprobs and timings on the last."""
     idx = e.task.index
     deltas = []
-    if e.n_decoded == 1:
+    if e.n_decoded == 1 or e.progress is not None:     # the initial role chunk, and every progress event's
         deltas.append(_chunk([{"finish_reason": None, "index": idx,
                                "delta": {"role": "assistant", "content": None}}], created, cmpl_id, model,
                              fingerprint))
@@ -181,6 +187,8 @@ def chat_partial(e: Partial, diffs: list[dict[str, Any]], model: str, cmpl_id: s
             last["choices"][0]["logprobs"] = {"content": probs_json([e.out], e.task.params.post_sampling_probs)}
         if e.timings is not None:
             last["timings"] = e.timings
+        if e.progress is not None:
+            last["prompt_progress"] = e.progress
     return deltas
 
 

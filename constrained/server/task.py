@@ -106,7 +106,7 @@ class TaskParams:
     @classmethod
     def from_body(cls, data: dict[str, Any], *, n_parallel: int, vocab: Any = None, base: Params | None = None,
                   base_n_predict: int = -1, antiprompt: list[str] | None = None, chat: bool = False,
-                  sse_ping_interval: int = 30) -> TaskParams:
+                  sse_ping_interval: int = 30, verbose: bool = False) -> TaskParams:
         """Read ``data`` (a ``/completion`` body, or the body a chat request becomes) field by field.
 
         Raises:
@@ -116,7 +116,7 @@ class TaskParams:
         t.n_predict = base_n_predict
         t.sse_ping_interval = sse_ping_interval
         t.stop = list(antiprompt or [])
-        t.verbose = _bool(data, "verbose", False)
+        t.verbose = _bool(data, "verbose", verbose)        # the base: params_base.verbosity > 9 (-v, -lv 10)
         t.timings_per_token = _bool(data, "timings_per_token", False)
         t.stream = _bool(data, "stream", False)
         so = data.get("stream_options")
