@@ -131,7 +131,9 @@ def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
         return np.empty(0, np.intp)
     n = len(keys)
     if n >= 8192 and k <= 256:
-        return heapselect.top_k(keys, k)  # one pass, then the heap on what can enter it
+        out = heapselect.top_k(keys, k)  # one pass, then the heap on what can enter it
+        assert out is not None
+        return out
     sub = heap_participants(keys, k)
     vals = keys if sub is None else keys[sub]
     m = len(vals)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from . import heapselect
 from .candidates import Candidates
 from .dist import Dist
 from .dry import Dry, process_breakers
@@ -35,6 +36,7 @@ from .temperature import Temp, TempExt
 from .truncation import XTC, MinP, TopK, TopNSigma, TopP, Typical
 
 NO_SELECTION = "no selected token during sampling - check your sampling configuration"
+NAN_LOGITS = "logits contain NaN"
 
 
 class _Empty:
@@ -113,6 +115,7 @@ class Sampler:
         self.n_vocab: int | None = len(vocab) if vocab is not None else None
         self.steps: list[Any] | None = None
         self._active: list[Any] = []  # the steps whose apply does something (see _noop)
+        self._topk_first = 0
         self.cur: Candidates | None = None
         self._pending: list[int] = []
         if self.n_vocab is not None:
@@ -180,12 +183,15 @@ class Sampler:
             steps += [Temp(p.temp), MirostatV2(p.seed, p.mirostat_tau, p.mirostat_eta)]
         self.steps = steps
         self._active = [st for st in steps if not _noop(st)]
+        first = self._active[0] if self._active else None
+        # a chain that opens with top-k (k <= 128: the heap path) reads every logit there: it checks for NaN too
+        self._topk_first = first.k if isinstance(first, TopK) and 0 < first.k <= 128 and n_vocab >= 8192 else 0
         self.n_vocab = n_vocab
         for t in self._pending:
             self._accept_checked(t)
         self._pending = []
 
-    def _logits(self, logits: Any) -> np.ndarray:
+    def _logits(self, logits: Any, defer_nan: bool = False) -> np.ndarray:
         a = np.asarray(logits)
         if a.ndim != 1:
             raise ValueError(f"logits must be a 1-D array, got shape {a.shape}")
@@ -196,10 +202,10 @@ class Sampler:
             raise ValueError(f"expected {self.n_vocab} logits (the vocabulary size), got {len(a)}")
         if len(a) == 0:
             raise ValueError("logits must not be empty")
-        if np.isnan(a.max()):  # max propagates NaN: one pass instead of isnan + any
-            raise ValueError("logits contain NaN")
         if self.steps is None:
             self._build(len(a))
+        if not (defer_nan and self._topk_first) and np.isnan(a.max()):  # max propagates NaN: one pass
+            raise ValueError(NAN_LOGITS)
         return a
 
     def _run(self, cand: Candidates) -> Candidates:
@@ -215,10 +221,22 @@ class Sampler:
         Raises:
             ValueError: logits that are not a 1-D float array of the vocabulary's size, or that contain NaN.
         """
-        return self._sample(self._logits(logits))
+        return self._sample(self._logits(logits, defer_nan=True), nan_checked=False)
 
-    def _sample(self, a: np.ndarray) -> int:
-        c = self._run(Candidates.from_logits(a, copy=False))
+    def _sample(self, a: np.ndarray, nan_checked: bool = True) -> int:
+        if not nan_checked and self._topk_first:
+            # as top_k_impl with k <= 128 on unsorted logits (partial_sort_inplace's heap path), NaN check fused
+            order = heapselect.top_k(a, min(self._topk_first, len(a)), nan_check=True)
+            if order is None:
+                raise ValueError(NAN_LOGITS)
+            c = Candidates.from_logits(a, copy=False)
+            c.take(order)
+            c.sorted = True
+            for st in self._active[1:]:
+                st.apply(c)
+            self.cur = c
+        else:
+            c = self._run(Candidates.from_logits(a, copy=False))
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)
         return int(c.ids[c.selected])
@@ -234,8 +252,8 @@ class Sampler:
         Raises:
             ValueError: nothing selectable (llama.cpp's "no selected token during sampling ..." assertion).
         """
-        a = self._logits(logits)
-        tok = self._sample(a)
+        a = self._logits(logits, defer_nan=True)
+        tok = self._sample(a, nan_checked=False)
         if allows(tok):
             return tok, False
         m = np.asarray(mask(), dtype=bool)

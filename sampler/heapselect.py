@@ -83,17 +83,20 @@ def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndar
     return np.array([where[id(v)] for v in out], dtype=np.intp)
 
 
-def top_k(keys: np.ndarray, k: int) -> np.ndarray:
+def top_k(keys: np.ndarray, k: int, nan_check: bool = False) -> np.ndarray | None:
     """``std::partial_sort(first, first + k, last, greater)``'s first ``k`` indices over float32 ``keys``.
 
     For ``len(keys) >= 8192`` and ``k <= 256`` (smaller inputs go to :func:`sampler.stdalgo.partial_sort_top`).  One
     pass finds every element ``>= t`` (``t`` from a sample of the keys); when the ``k + 1`` largest are distinct the
-    answer is their value order, else the heap runs on the elements that can enter it (:func:`top_sparse`).
+    answer is their value order, else the heap runs on the elements that can enter it (:func:`top_sparse`).  With
+    ``nan_check`` the same pass also finds every NaN (``not key < t``), and the answer is None if there is one.
     """
     n = len(keys)
     if k <= 0:
-        return np.empty(0, np.intp)
+        return None if nan_check and np.isnan(keys.max()) else np.empty(0, np.intp)
     if n < 8192 or k > 256 or np.isnan(keys[:k]).any():
+        if nan_check and np.isnan(keys.max()):
+            return None
         return np.asarray(stdalgo.partial_sort_top(keys, k, descending=True), dtype=np.intp)
     # the sample: 16 runs of 128 spread over the keys (contiguous runs: a few cache lines each, unlike a stride)
     step = n // 16
@@ -104,13 +107,24 @@ def top_k(keys: np.ndarray, k: int) -> np.ndarray:
     m = sample.size
     r = min(m, (4 * k * m) // n + 2)
     part = np.partition(sample, m - r)
-    t = part[m - r]  # the r-th largest of the sample (NaN sorts last, never here unless all)
-    idx = np.flatnonzero(keys >= t) if t == t else np.empty(0, np.intp)
+    t = part[m - r]  # the r-th largest of the sample (NaN sorts last: t is NaN only if the sample holds NaN)
+    if t != t:
+        if nan_check:
+            return None
+        idx = np.empty(0, np.intp)
+        vals = keys[idx]
+    elif nan_check:
+        idx = np.flatnonzero(~(keys < t))  # >= t, and every NaN
+        vals = keys[idx]
+        if np.isnan(vals).any():
+            return None
+    else:
+        idx = np.flatnonzero(keys >= t)
+        vals = keys[idx]
     if idx.size <= k:  # an unlucky sample: the heap over everything
         return top_sparse(keys, k, n, np.empty(0, np.intp))
     lead = part[m - r:]
     if np.unique(lead).size == r:  # (a cost decision only: sampled leaders that tie predict ties)
-        vals = keys[idx]
         top = np.argpartition(vals, idx.size - (k + 1))[idx.size - (k + 1):]
         order = top[np.argsort(vals[top])[::-1]]
         tv = vals[order]

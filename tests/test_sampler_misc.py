@@ -45,6 +45,36 @@ def test_bad_logits(bad: np.ndarray) -> None:
         s.sample(bad)
 
 
+@pytest.mark.parametrize("where", ["head", "sampled", "elsewhere", "last", "all", "none"])
+@pytest.mark.parametrize("ties", [False, True])
+def test_nan_found_by_the_top_k_pass(where: str, ties: bool) -> None:
+    """A chain that opens with top-k checks for NaN in top-k's own pass (sampler.heapselect.top_k(nan_check=True)):
+    a NaN anywhere is still refused, wherever it sits (in top-k's heap head, in its sample, anywhere else)."""
+    n = 262_144
+    x = np.random.default_rng(3).standard_normal(n).astype(np.float32) * np.float32(2.5)
+    if ties:
+        x = np.round(x * 2) / 2
+    pos = {"head": [5], "sampled": [16_384 * 3 + 7], "elsewhere": [200_001], "last": [n - 1],
+           "all": list(range(n)), "none": []}[where]
+    x[pos] = np.nan
+    for sampler in (Sampler(Params(seed=1)), Sampler(Params(seed=1, top_k=128)), Sampler(Params(seed=1, top_k=7))):
+        sampler.sample(np.zeros(n, np.float32))  # built on first use
+        assert sampler._topk_first
+        if pos:
+            with pytest.raises(ValueError, match="logits contain NaN"):
+                sampler.sample(x)
+            with pytest.raises(ValueError, match="logits contain NaN"):
+                sampler.sample_constrained(x, lambda t: True, lambda: np.ones(n, bool))
+        else:
+            assert 0 <= sampler.sample(x) < n
+    wide = Sampler(Params(seed=1, top_k=129))  # the bucket path: _logits checks, as before
+    wide.sample(np.zeros(n, np.float32))
+    assert not wide._topk_first
+    x[7] = np.nan
+    with pytest.raises(ValueError, match="logits contain NaN"):
+        wide.sample(x)
+
+
 def test_wrong_size_and_bad_tokens() -> None:
     s = Sampler(Params(seed=1))
     s.sample(np.zeros(10, np.float32))
