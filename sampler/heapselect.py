@@ -114,21 +114,21 @@ def top_k(keys: np.ndarray, k: int, nan_check: bool = False) -> np.ndarray | Non
         idx = np.empty(0, np.intp)
         vals = keys[idx]
     elif nan_check:
-        idx = np.flatnonzero(~(keys < t))  # >= t, and every NaN
+        hit = keys < t
+        np.logical_not(hit, out=hit)  # >= t, and every NaN
+        idx = hit.nonzero()[0]
         vals = keys[idx]
         if np.isnan(vals).any():
             return None
     else:
-        idx = np.flatnonzero(keys >= t)
+        idx = (keys >= t).nonzero()[0]
         vals = keys[idx]
     if idx.size <= k:  # an unlucky sample: the heap over everything
         return top_sparse(keys, k, n, np.empty(0, np.intp))
-    lead = part[m - r:]
-    if np.unique(lead).size == r:  # (a cost decision only: sampled leaders that tie predict ties)
-        top = np.argpartition(vals, idx.size - (k + 1))[idx.size - (k + 1):]
-        order = top[np.argsort(vals[top])[::-1]]
+    if len(set(part[m - r:].tolist())) == r:  # (a cost decision only: sampled leaders that tie predict ties)
+        order = vals.argsort()[: -(k + 2): -1]  # the k + 1 largest, in value order (ties in any order)
         tv = vals[order]
-        if np.all(tv[:-1] > tv[1:]):  # k + 1 distinct leaders: the heap can only give them in value order
+        if (tv[:-1] > tv[1:]).all():  # k + 1 distinct leaders: the heap can only give them in value order
             return idx[order[:k]]
     # after the k-th element >= t the heap top is >= t: only the other elements >= t can still enter
     return top_sparse(keys, k, int(idx[k - 1]) + 1, idx[k:])
