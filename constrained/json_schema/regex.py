@@ -672,22 +672,51 @@ def signature(d: DFA) -> tuple:
 
 
 def minimise(d: DFA) -> DFA:
-    """Merge equivalent states (Moore's partition refinement over the merged edges of each state)."""
+    """Merge equivalent states: partition refinement from accepting / not accepting, where a round re-reads only
+    the states with a successor that changed block (the coarsest stable partition, as Moore's rounds give)."""
     n = len(d.edges)
     block = [1 if a else 0 for a in d.accepting]
-    count = len(set(block))
-    while True:
-        sigs: dict[tuple, int] = {}
-        new = []
-        for q in range(n):
-            by_target: dict[int, list[tuple[int, int]]] = {}
-            for cs, t in d.edges[q]:
-                by_target.setdefault(block[t], []).extend(cs)
-            sig = (block[q], tuple(sorted((b, cs_norm(r)) for b, r in by_target.items())))
-            new.append(sigs.setdefault(sig, len(sigs)))
-        if len(sigs) == count:
-            break
-        block, count = new, len(sigs)
+    members: dict[int, list[int]] = {}
+    for q in range(n):
+        members.setdefault(block[q], []).append(q)
+    # each state's edges once as (charsets, targets); a signature looks up the targets' blocks and merges the
+    # charsets of edges that land in one block (normalised, so that equal moves give equal signatures)
+    labels = [tuple(cs_norm(cs) for cs, _t in es) for es in d.edges]
+    targets = [tuple(t for _cs, t in es) for es in d.edges]
+    preds: list[set[int]] = [set() for _ in range(n)]
+    for q in range(n):
+        for t in targets[q]:
+            preds[t].add(q)
+    sig: list[tuple] = [()] * n
+    dirty: set[int] = set(range(n))
+    next_id = 2
+    while dirty:
+        for q in dirty:
+            bs = [block[t] for t in targets[q]]
+            if len(set(bs)) == len(bs):
+                sig[q] = tuple(sorted(zip(bs, labels[q], strict=True)))
+            else:
+                by_block: dict[int, list[tuple[int, int]]] = {}
+                for b, cs in zip(bs, labels[q], strict=True):
+                    by_block.setdefault(b, []).extend(cs)
+                sig[q] = tuple(sorted((b, cs_norm(r)) for b, r in by_block.items()))
+        moved: list[int] = []
+        for b in {block[q] for q in dirty}:
+            groups: dict[tuple, list[int]] = {}
+            for q in members[b]:
+                groups.setdefault(sig[q], []).append(q)
+            if len(groups) == 1:
+                continue
+            keep, *rest = groups.values()
+            members[b] = keep
+            for g in rest:
+                members[next_id] = g
+                for q in g:
+                    block[q] = next_id
+                moved += g
+                next_id += 1
+        dirty = {p for q in moved for p in preds[q]}
+    count = len(members)
     if count == n:
         return d
     first: dict[int, int] = {}
