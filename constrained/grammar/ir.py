@@ -7,10 +7,15 @@ step for step and ``test-grammar-parser.cpp``'s expectations can be compared ele
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import itertools
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from operator import itemgetter
+from typing import Any
+
+import numpy as np
 
 
 class ElementType(IntEnum):
@@ -184,6 +189,85 @@ def _literally_empty(rules: Sequence[Sequence[Element]]) -> list[bool]:
     return out
 
 
+_CHECKED: dict[tuple[str, int], tuple[object, object]] = {}
+_CHECKED_LOCK = threading.Lock()
+
+
+def _memo(kind: str, rules: Sequence[Sequence[Element]], compute: Callable[[], object]) -> Any:
+    """One result per rules object for the last few grammars (the parser and the matcher check the same rules)."""
+    key = (kind, id(rules))
+    with _CHECKED_LOCK:
+        hit = _CHECKED.get(key)
+    if hit is not None and hit[0] is rules:
+        return hit[1]
+    res = compute()
+    if isinstance(rules, tuple):            # immutable: safe to key on identity while we hold it
+        with _CHECKED_LOCK:
+            if len(_CHECKED) >= 16:
+                _CHECKED.clear()
+            _CHECKED[key] = (rules, res)
+    return res
+
+
+def _no_leftmost_cycle(rules: Sequence[Sequence[Element]], rounds: int = 64) -> bool:
+    """True if provably no rule can reach itself through leftmost references, even counting as "may be empty"
+    every rule that might (an over-approximation of :func:`nullable_rules`): then neither llama.cpp's left-recursion
+    check nor :func:`endless_expansion_index` can find anything. Vectorised over the flat elements (a grammar of
+    800,000 elements in 200,000 rules costs no Python loop per element); False means "look exactly"."""
+    n_rules = len(rules)
+    lens = np.fromiter(map(len, rules), dtype=np.int64, count=n_rules)
+    n_el = int(lens.sum())
+    if not n_el:
+        return True
+    kinds = np.fromiter(map(itemgetter(0), itertools.chain.from_iterable(rules)), dtype=np.int64, count=n_el)
+    vals = np.fromiter(map(itemgetter(1), itertools.chain.from_iterable(rules)), dtype=np.int64, count=n_el)
+    rid = np.repeat(np.arange(n_rules), lens)
+    end, alt, ref = int(ElementType.END), int(ElementType.ALT), int(ElementType.RULE_REF)
+    sep = (kinds == end) | (kinds == alt)
+    is_ref = kinds == ref
+    if not is_ref.any():
+        return True
+    target = np.where(is_ref, vals, 0)
+    if ((target < 0) | (target >= n_rules)).any():
+        return False
+    first = np.ones(n_el, dtype=bool)
+    first[1:] = sep[:-1] | (rid[1:] != rid[:-1])
+    alt_of = np.cumsum(first) - 1
+    n_alts = int(alt_of[-1]) + 1
+    alt_rule = rid[first]
+    terminal = ~sep & ~is_ref
+    open_alt = np.bincount(alt_of[terminal], minlength=n_alts) == 0      # no terminal: may match empty
+    may_empty = lens == 0                # a rule without elements matches the empty string
+    may_empty[alt_rule[open_alt]] = True
+    for _ in range(2):        # refine from above (every step stays a superset of the nullable rules)
+        blocked = np.bincount(alt_of[is_ref & ~may_empty[target]], minlength=n_alts) > 0
+        may_empty = lens == 0
+        may_empty[alt_rule[open_alt & ~blocked]] = True
+    leftmost = is_ref & first
+    cur = leftmost
+    for _ in range(rounds):       # the next reference counts while every one before it may be empty
+        nxt = np.zeros(n_el, dtype=bool)
+        nxt[1:] = cur[:-1] & may_empty[target[:-1]]
+        nxt &= is_ref & ~first
+        if not nxt.any():
+            break
+        leftmost = leftmost | nxt
+        cur = nxt
+    else:
+        return False
+    src, dst = rid[leftmost], target[leftmost]
+    outdeg = np.bincount(src, minlength=n_rules)
+    budget = 8 * len(src) + 100_000   # edges looked at in all: a long chain of few edges peels cheaply
+    while len(src):               # peel the rules with no outgoing edge left: a cycle never peels
+        budget -= len(src)
+        gone = outdeg[dst] == 0
+        if budget < 0 or not gone.any():
+            return False
+        outdeg -= np.bincount(src[gone], minlength=n_rules)
+        src, dst = src[~gone], dst[~gone]
+    return True
+
+
 def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
     """The index llama.cpp reports in "left recursion detected for nonterminal at index N", or None.
 
@@ -196,6 +280,16 @@ def left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
         >>> left_recursion_index([[(T.CHAR, 97), (T.ALT, 0), (T.RULE_REF, 0), (T.END, 0)]])
         0
     """
+    return _memo("left", rules, lambda: _left_recursion_index(rules))
+
+
+def _left_recursion_index(rules: Sequence[Sequence[Element]]) -> int | None:
+    if _memo("acyclic", rules, lambda: _no_leftmost_cycle(rules)):
+        return None
+    return _left_recursion_exact(rules)
+
+
+def _left_recursion_exact(rules: Sequence[Sequence[Element]]) -> int | None:
     graph = [[w for w, _ in edges] for edges in _leftmost_edges(rules, _literally_empty(rules))]
     reaches = _reaching(graph, _components(graph)[1])
     return next((v for v, r in enumerate(reaches) if r), None)
@@ -265,6 +359,16 @@ def endless_expansion_index(rules: Sequence[Sequence[Element]], root_id: int) ->
         >>> endless_expansion_index(rules, 0)
         0
     """
+    return _memo(f"endless{root_id}", rules, lambda: _endless_expansion_index(rules, root_id))
+
+
+def _endless_expansion_index(rules: Sequence[Sequence[Element]], root_id: int) -> int | None:
+    if _memo("acyclic", rules, lambda: _no_leftmost_cycle(rules)):
+        return None
+    return _endless_expansion_exact(rules, root_id)
+
+
+def _endless_expansion_exact(rules: Sequence[Sequence[Element]], root_id: int) -> int | None:
     edges = _leftmost_edges(rules, nullable_rules(rules))
     graph = [[w for w, _ in e] for e in edges]
     comp, cyclic = _components(graph)

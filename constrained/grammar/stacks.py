@@ -16,10 +16,13 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import itertools
 from array import array
 from operator import itemgetter
+
+import numpy as np
 
 from ..errors import GrammarLimitError, GrammarStateError
 from .ir import ElementType, ParsedGrammar, endless_expansion_index, left_recursion_index
@@ -129,34 +132,59 @@ class _AsciiTables(dict):
         return t
 
 
+class _RuleOf:
+    """``rule_of[p]``: the rule id of position ``p`` (-1 for the sentinel and after it), by binary search over the
+    rules' start positions (no per-position table: a 4M-element grammar would need 32 MB)."""
+
+    __slots__ = ("starts", "total")
+
+    def __init__(self, starts: list[int], total: int) -> None:
+        self.starts, self.total = starts, total
+
+    def __getitem__(self, p: int) -> int:
+        if p >= self.total:
+            return -1
+        return bisect.bisect_right(self.starts, p) - 1
+
+    def __len__(self) -> int:
+        return self.total + 2
+
+
 class GrammarRules:
     """The flat element vectors of a :class:`ParsedGrammar` and the exact stack operations on them."""
 
     def __init__(self, parsed: ParsedGrammar) -> None:
-        types: list[int] = []
-        values: list[int] = []
-        self.rule_start: list[int] = []
-        for rule in parsed.rules:      # as llama_grammar_init_impl: copy up to END, then add END
-            self.rule_start.append(len(types))
-            if rule:
-                kinds = list(map(itemgetter(0), rule))
-                k = kinds.index(END) if END in kinds else len(kinds)
-                vals = list(map(itemgetter(1), rule[:k]))
-                types += kinds[:k]
-                values += vals
-            types.append(END)
-            values.append(0)
+        rules = parsed.rules
+        n_rules = len(rules)
+        chain = itertools.chain.from_iterable
+        # as llama_grammar_init_impl: each rule copied up to its first END, then END. Rules from the parser end with
+        # their only END: then the flat concatenation is the layout (no Python loop per element, one per rule)
+        types: list[int] = list(map(itemgetter(0), chain(rules)))
+        if types.count(END) == n_rules and all(r and r[-1][0] == END for r in rules):
+            values: list[int] = list(map(itemgetter(1), chain(rules)))
+            self.rule_start = [0, *itertools.accumulate(map(len, rules[:-1]))] if n_rules else []
+        else:
+            types, values = [], []
+            self.rule_start = []
+            for rule in rules:
+                self.rule_start.append(len(types))
+                if rule:
+                    kinds = list(map(itemgetter(0), rule))
+                    k = kinds.index(END) if END in kinds else len(kinds)
+                    types += kinds[:k]
+                    values += list(map(itemgetter(1), rule[:k]))
+                types.append(END)
+                values.append(0)
         if set(map(type, types)) - {int}:          # IntEnum members (hand-built rules) become plain ints
             types = list(map(int, types))
         if set(map(type, values)) - {int}:
             values = list(map(int, values))
-        n_rules = len(self.rule_start)
-        bad_ref = None
+        total = len(types)
         if RULE_REF in types:
-            bad_ref = next((v for t, v in zip(types, values, strict=True) if t == RULE_REF and not 0 <= v < n_rules),
-                           None)
-        if bad_ref is not None:
-            raise GrammarStateError(f"rule reference {bad_ref} out of range ({n_rules} rules)")
+            refs = np.array(values, dtype=np.int64)[np.array(types, dtype=np.int64) == RULE_REF]
+            bad = refs[(refs < 0) | (refs >= n_rules)]
+            if len(bad):
+                raise GrammarStateError(f"rule reference {int(bad[0])} out of range ({n_rules} rules)")
         if not 0 <= parsed.root_id < n_rules:
             raise GrammarStateError(f"root rule {parsed.root_id} out of range ({n_rules} rules)")
         bad = left_recursion_index(parsed.rules)     # llama_grammar_init_impl refuses these
@@ -165,20 +193,12 @@ class GrammarRules:
         bad = endless_expansion_index(parsed.rules, parsed.root_id)   # llama.cpp would expand these forever
         if bad is not None:
             raise GrammarStateError(f"left recursion through rules that can match the empty string at index {bad}")
-        self.bottom = len(types)       # sentinel position
-        types.append(BOTTOM_TYPE)
-        values.append(0)
-        types.append(int(END))         # so that pos + 1 of the sentinel is readable
-        values.append(0)
+        self.bottom = total            # sentinel position, then an END so that pos + 1 of the sentinel is readable
+        types += [BOTTOM_TYPE, END]
+        values += [0, 0]
         self.types = types
         self.values = values
-        # rule id of each position (O(1) per position as a compact array; -1 for the sentinel and after it)
-        rule_of = array("q", bytes(8 * len(types)))
-        for rid in range(n_rules):
-            stop = self.rule_start[rid + 1] if rid + 1 < n_rules else self.bottom
-            rule_of[self.rule_start[rid]:stop] = array("q", [rid]) * (stop - self.rule_start[rid])
-        rule_of[self.bottom] = rule_of[self.bottom + 1] = -1
-        self.rule_of = rule_of
+        self.rule_of = _RuleOf(self.rule_start, total)     # rule id of each position (a binary search)
         # rules the GBNF parser generated (groups, repetitions): their names carry an underscore
         helper = {i for name, i in parsed.symbol_ids.items() if "_" in name}
         self.helper = [r in helper for r in range(n_rules)] + [False]
