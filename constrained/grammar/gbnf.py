@@ -14,10 +14,12 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
+from operator import itemgetter
 from typing import Any
 
 from lark import Lark, Transformer, UnexpectedInput, UnexpectedToken
@@ -484,8 +486,9 @@ class _Layout:
         for rule_id, rule in enumerate(self.rules):
             if rule is None:
                 raise Fail(f"Undefined rule '{names[rule_id]}'", self.first_refs.get(rule_id, 0))
-            for kind, value in rule:
-                if kind == _REF and (value >= n or self.rules[value] is None):
+            refs = itertools.compress(map(itemgetter(1), rule), map(_REF.__eq__, map(itemgetter(0), rule)))
+            for value in refs:      # the references alone (picked at C speed: a 4M-element literal costs no loop)
+                if value >= n or self.rules[value] is None:
                     raise Fail(f"Undefined rule identifier '{names[value]}'", self.first_refs.get(value, 0))
 
 

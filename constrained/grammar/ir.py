@@ -219,6 +219,8 @@ def _no_leftmost_cycle(rules: Sequence[Sequence[Element]], rounds: int = 64) -> 
     n_el = int(lens.sum())
     if not n_el:
         return True
+    if n_el > 16 * n_rules:       # few long rules: the exact checks' per-rule scans run at C speed already
+        return False
     kinds = np.fromiter(map(itemgetter(0), itertools.chain.from_iterable(rules)), dtype=np.int64, count=n_el)
     vals = np.fromiter(map(itemgetter(1), itertools.chain.from_iterable(rules)), dtype=np.int64, count=n_el)
     rid = np.repeat(np.arange(n_rules), lens)
