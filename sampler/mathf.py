@@ -104,7 +104,8 @@ def expf_vec(x: np.ndarray) -> np.ndarray:
         >>> expf_vec(np.array([0.0, -1.0, -np.inf], dtype=np.float32)).tolist()
         [1.0, 0.3678794503211975, 0.0]
     """
-    x = np.asarray(x, dtype=np.float32)
+    if type(x) is not np.ndarray or x.dtype != np.float32:
+        x = np.asarray(x, dtype=np.float32)
     if 0 < x.size <= 4096 and not x.max() > 88.0:
         # nothing can overflow (softmax's x <= 0, NaN included): no errstate, whose context makes every ufunc call
         # inside it about 1 us slower (numpy 2), which dominates on the few candidates left after top-k

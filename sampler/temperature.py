@@ -35,8 +35,9 @@ def temp_impl(c: Candidates, temp: np.float32) -> None:
         out[keep] = lg[keep]
         c.logits = out
         return
+    lg = c.logits if c.logits.dtype == _F32 else c.logits.astype(_F32)
     with np.errstate(over="ignore", invalid="ignore"):
-        c.logits = (c.logits / _F32(temp)).astype(_F32)
+        c.logits = lg / _F32(temp)  # float32 / float32: a float32 division, as in C
 
 
 class Temp:
