@@ -350,6 +350,7 @@ BOL, EOL = "^", "$"
 class _NFA:
     def __init__(self) -> None:
         self.edges: list[list[tuple[object, int]]] = []  # label: Charset, BOL, EOL or None (epsilon)
+        self.eps: dict[int, frozenset[int]] = {}  # each state's epsilon closure, filled once the NFA is built
 
     def state(self) -> int:
         if len(self.edges) >= MAX_NFA_STATES:
@@ -426,14 +427,64 @@ class DFA:
 
 
 def _closure(nfa: _NFA, states: frozenset[int]) -> frozenset[int]:
-    stack, seen = list(states), set(states)
-    while stack:
-        q = stack.pop()
-        for label, t in nfa.edges[q]:
-            if label is None and t not in seen:
-                seen.add(t)
-                stack.append(t)
-    return frozenset(seen)
+    """The states reached by epsilon moves: the union of each state's own closure (``_eps_closure``, once each)."""
+    memo = nfa.eps
+    out: set[int] = set()
+    for s in states:
+        c = memo.get(s)
+        out |= c if c is not None else _eps_closure(nfa, s)
+    return frozenset(out)
+
+
+def _eps_closure(nfa: _NFA, root: int) -> frozenset[int]:
+    """Epsilon closures of ``root`` and of every state it reaches, into ``nfa.eps``: Tarjan's strongly connected
+    components over the epsilon edges (iterative), each component's closure the union of its successors' ones."""
+    memo = nfa.eps
+    edges = nfa.edges
+
+    def succ(q: int) -> list[int]:
+        return [t for label, t in edges[q] if label is None]
+
+    index = {root: 0}
+    low = {root: 0}
+    on_stack = {root}
+    stack = [root]
+    work = [(root, iter(succ(root)))]
+    while work:
+        v, it = work[-1]
+        for w in it:
+            if w in memo:
+                continue
+            if w not in index:
+                index[w] = low[w] = len(index)
+                on_stack.add(w)
+                stack.append(w)
+                work.append((w, iter(succ(w))))
+                break
+            if w in on_stack:
+                low[v] = min(low[v], index[w])
+        else:
+            work.pop()
+            if work:
+                u = work[-1][0]
+                low[u] = min(low[u], low[v])
+            if low[v] == index[v]:
+                comp = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    comp.append(w)
+                    if w == v:
+                        break
+                acc = set(comp)
+                for x in comp:
+                    for w in succ(x):
+                        if w not in acc:
+                            acc |= memo[w]
+                closed = frozenset(acc)
+                for x in comp:
+                    memo[x] = closed
+    return memo[root]
 
 
 def _step(nfa: _NFA, states: frozenset[int], symbol: str) -> frozenset[int]:
@@ -442,12 +493,23 @@ def _step(nfa: _NFA, states: frozenset[int], symbol: str) -> frozenset[int]:
 
 def _partition(labels: list[tuple[Charset, int]]) -> list[tuple[Charset, frozenset[int]]]:
     """Split overlapping labelled charsets into disjoint pieces, each with the set of targets it leads to."""
-    points = sorted({p for cs, _t in labels for lo, hi in cs for p in (lo, hi + 1)})
+    events: dict[int, list[tuple[int, int]]] = {}   # a sweep over the range ends: targets entering, leaving
+    for cs, t in labels:
+        for lo, hi in cs:
+            events.setdefault(lo, []).append((t, 1))
+            events.setdefault(hi + 1, []).append((t, -1))
+    points = sorted(events)
+    active: dict[int, int] = {}
     groups: dict[frozenset[int], list[tuple[int, int]]] = {}
     for a, b in zip(points, points[1:], strict=False):
-        targets = frozenset(t for cs, t in labels if _contains(cs, a))
-        if targets:
-            groups.setdefault(targets, []).append((a, b - 1))
+        for t, step in events[a]:
+            c = active.get(t, 0) + step
+            if c:
+                active[t] = c
+            else:
+                del active[t]
+        if active:
+            groups.setdefault(frozenset(active), []).append((a, b - 1))
     return [(cs_norm(r), ts) for ts, r in groups.items()]
 
 
