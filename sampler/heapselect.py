@@ -49,13 +49,16 @@ def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndar
     pushpop = functools.partial(heapq.heappushpop, heap)  # "if (*i > top) __pop_heap(first, middle, i)"
     vals_l: list[list[float]] = [head]
     pos_l: list[np.ndarray] = [np.arange(k)]
+    keys_l: list[np.ndarray] = [keys[:k]]
     drain = collections.deque(maxlen=0).extend
     f32 = np.float32
 
     def feed(chunk: np.ndarray, where: np.ndarray | int) -> None:
         c = (chunk > f32(heap[0])).nonzero()[0]  # a superset: the top only rises within the chunk
         if c.size:
-            v = chunk[c].tolist()
+            kv = chunk[c]
+            v = kv.tolist()
+            keys_l.append(kv)
             vals_l.append(v)
             pos_l.append(c + where if isinstance(where, int) else where[c])
             drain(map(pushpop, v))
@@ -78,8 +81,12 @@ def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndar
                 feed(tv[a:b], tail[a:b])
     out = [heapq.heappop(heap) for _ in range(k)]  # __sort_heap fills the back first
     out.reverse()
-    # every candidate is alive in vals_l, so id() names it; only the survivors are looked up
-    where = dict(zip(map(id, itertools.chain.from_iterable(vals_l)), np.concatenate(pos_l).tolist(), strict=True))
+    # every candidate is alive in vals_l, so id() names it; a survivor is >= the last one out, so only those
+    # candidates are looked at (the flattened lists and arrays are in the same order)
+    sel = np.flatnonzero(np.concatenate(keys_l) >= f32(out[-1])).tolist()
+    flat = list(itertools.chain.from_iterable(vals_l))
+    at = np.concatenate(pos_l)[sel].tolist()
+    where = {id(flat[i]): j for i, j in zip(sel, at, strict=True)}
     return np.array([where[id(v)] for v in out], dtype=np.intp)
 
 
