@@ -427,3 +427,28 @@ def test_cycle_precheck_proves_the_big_schemas_acyclic() -> None:
     assert len(rules) > 200_000 and ir._no_leftmost_cycle(rules)
     left = (((2, 1), (0, 0)), ((2, 0), (3, 98), (1, 0), (3, 97), (0, 0)))     # r0 ::= r1 ; r1 ::= r0 "b" | "a"
     assert not ir._no_leftmost_cycle(left) and ir.left_recursion_index(left) == 0
+
+
+def test_nested_nullable_repetitions_accept_is_bounded() -> None:
+    """The fuzzer's slow case (seed 592089): `[^\\n]{0,3}{0,300}` then the token 'aaa' from 600 stacks takes 81M
+    stack steps (llama.cpp's per-stack loop is the same algorithm); past ``max_accept_work`` it is a clear
+    GrammarLimitError and the state is unchanged; below the bound the result is exact."""
+    from tests.test_fuzz_grammar import VOCAB, reference_mask
+
+    aaa = VOCAB.pieces.index(b"aaa")
+    m = Grammar.from_gbnf('root ::= [^\\n]{0,3}{0,300}').matcher(VOCAB)
+    assert m.accept_bytes(b"a")
+    before = m.stacks
+    with pytest.raises(GrammarLimitError, match="max_accept_work = 20,000,000.*raise it"):
+        m.accept_token(aaa)
+    assert m.stacks == before and m.num_accepted == 1
+    small = Grammar.from_gbnf('root ::= [^\\n]{0,3}{0,12}').matcher(VOCAB)
+    assert small.accept_bytes(b"a")
+    small.compiled.limits = MatcherLimits(max_accept_work=1_000)
+    try:
+        with pytest.raises(GrammarLimitError, match="max_accept_work = 1,000"):
+            small.accept_token(aaa)
+    finally:
+        small.compiled.limits = MatcherLimits()
+    assert small.accept_token(aaa)
+    assert np.array_equal(small.mask(), reference_mask(small))

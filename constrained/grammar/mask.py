@@ -200,6 +200,7 @@ class MatcherLimits:
 
     max_mask_work: int = 500_000_000     # row steps per mask (llama.cpp does ~10 ns of work per row step)
     max_stacks: int = 65_536             # stacks alive in one state (llama.cpp: 246 s to accept into 196,608)
+    max_accept_work: int = 20_000_000    # stack steps to accept one token (about 2 s; see stacks.MAX_ACCEPT_WORK)
 
 
 DEFAULT_MATCHER_LIMITS = MatcherLimits()

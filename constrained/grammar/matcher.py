@@ -152,6 +152,7 @@ class CompiledGrammar:
             raise TypeError(f"expected MatcherLimits, got {type(value).__name__}")
         self._limits = value
         self.rules.max_stacks = value.max_stacks
+        self.rules.max_accept_work = value.max_accept_work
 
     def matcher(self) -> GrammarMatcher:
         """A fresh matcher at the start of the grammar."""
@@ -493,7 +494,8 @@ class GrammarMatcher:
 
         Raises:
             TokenIdError: ``token`` is not an int (floats and strings are refused, not truncated) or out of range.
-            GrammarLimitError: the new state would hold more than ``compiled.limits.max_stacks`` stacks.
+            GrammarLimitError: the new state would hold more than ``compiled.limits.max_stacks`` stacks, or
+                getting there would take more than ``compiled.limits.max_accept_work`` stack steps.
         """
         token = self._check(token)
         c = self.compiled
@@ -544,8 +546,9 @@ class GrammarMatcher:
             return False
         stacks = self._stacks
         g = self.compiled.rules
+        budget = [g.max_accept_work]
         for cp in cps:
-            stacks = g.accept_char(stacks, cp)
+            stacks = g.accept_char(stacks, cp, budget)
             if not stacks:
                 return False
         if rem > 0 and not any(s and s[-1] in g.classes and g.match_partial(s[-1], val, rem) for s in stacks):

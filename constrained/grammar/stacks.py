@@ -52,6 +52,12 @@ MAX_STACKS = 65_536
 """Default bound on the stacks one state may hold (``MatcherLimits.max_stacks`` sets it per compiled grammar)."""
 
 
+MAX_ACCEPT_WORK = 20_000_000
+"""Default bound on the stack steps (one stack one code point leads to) accepting one token or byte string may take
+(``MatcherLimits.max_accept_work``): about 2 s of work here; the fuzzer's `[^\n]{0,3}{0,300}` then 'aaa' takes
+81M (8 s; llama.cpp's own loop is the same algorithm)."""
+
+
 def _too_many(limit: int, where: str) -> GrammarLimitError:
     return GrammarLimitError(
         f"the grammar state holds more than MatcherLimits.max_stacks = {limit:,} parse stacks ({where}): the "
@@ -218,6 +224,7 @@ class GrammarRules:
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
+        self.max_accept_work = MAX_ACCEPT_WORK
         self._alts: dict[int, tuple[int, ...]] = {}
 
     def memo_stats(self) -> dict[str, dict[str, int]]:
@@ -446,24 +453,36 @@ class GrammarRules:
         return a
 
     # as llama_grammar_accept_chr + llama_grammar_accept (one code point, all stacks)
-    def accept_char(self, stacks: Stacks, cp: int) -> Stacks:
+    def accept_char(self, stacks: Stacks, cp: int, budget: list[int] | None = None) -> Stacks:
+        """``llama_grammar_accept_chr`` over every stack (``budget``: a one-item list of stack steps left, see
+        :data:`MAX_ACCEPT_WORK`)."""
         out: list[Stack] = []
         outset: set[Stack] = set()
         limit = self.max_stacks
+        if budget is None:
+            budget = [self.max_accept_work]
         for stack in stacks:
-            self._accept_chr(stack, cp, out, outset)
+            self._accept_chr(stack, cp, out, outset, budget)
             if len(out) > limit:
                 raise _too_many(limit, "after a code point")
         return tuple(out)
 
-    def _accept_chr(self, stack: Stack, cp: int, out: list[Stack], outset: set[Stack]) -> None:
+    def _accept_chr(self, stack: Stack, cp: int, out: list[Stack], outset: set[Stack], budget: list[int]) -> None:
         if not stack:
             return
         pos = stack[-1]
         if self.types[pos] in (TOKEN, TOKEN_NOT):
             return
         if self.match_char(pos, cp):
-            for s in self.next_stacks(stack):
+            nxt = self.next_stacks(stack)
+            budget[0] -= len(nxt) + 1
+            if budget[0] < 0:
+                raise GrammarLimitError(
+                    f"accepting this token needs more than MatcherLimits.max_accept_work = {self.max_accept_work:,} "
+                    "stack steps (nested repetitions that can match the empty string multiply the parse stacks per "
+                    "character, as in llama.cpp, which would take as long); raise it with "
+                    "`matcher.compiled.limits = MatcherLimits(max_accept_work=...)`")
+            for s in nxt:
                 if s not in outset:
                     outset.add(s)
                     out.append(s)
@@ -477,6 +496,7 @@ class GrammarRules:
         """
         out: list[Stack] = []
         outset: set[Stack] = set()
+        budget = [self.max_accept_work]
         for stack in stacks:
             if not stack:
                 continue
@@ -488,7 +508,7 @@ class GrammarRules:
             else:
                 cur: Stacks = (stack,)
                 for cp in cps:
-                    cur = self.accept_char(cur, cp)
+                    cur = self.accept_char(cur, cp, budget)
                     if not cur:
                         break
                 for s in cur:
