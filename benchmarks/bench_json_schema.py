@@ -4,7 +4,9 @@ the oracle tests), in the same run, on the same schemas, interleaved ours / thei
 Schemas: our oracle table (``tests/json_schema_table``), llama.cpp's own converter cases, every schema of the
 JSON-Schema-Test-Suite (drafts 2020-12 and 7) and three large ones. Each schema is converted ``--repeat`` times by
 both sides (the fastest kept); before each of our conversions the converter's caches of earlier results
-(``read_body``, ``body_facts``, ``compile_pattern``) are cleared, so a figure never comes from a cache. The "all" mode
+(``read_body``, ``body_facts``, ``compile_pattern``) are cleared, so a figure never comes from a cache of an earlier
+schema; the tables of fixed parts (the fixed rules' facts, the format automata) are built once per process, as
+llama.cpp's fixed rules are compiled in. The "all" mode
 line times ``convert_json_schema(schema, enforce="all")`` on the same schemas (no C++ counterpart).
 
     .venv/bin/python benchmarks/bench_json_schema.py [--repeat 3] [--no-all]

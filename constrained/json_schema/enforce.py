@@ -39,7 +39,7 @@ from typing import Any
 
 from ..errors import SchemaError
 from ._rules import INVALID_RULE_CHARS, PRIMITIVE_RULES, SPACE_RULE
-from .formats import FORMATS, NOT_CHECKED
+from .formats import FORMATS, NOT_CHECKED, format_dfa
 from .numbers import number_dfas
 from .regex import (
     DFA,
@@ -616,7 +616,7 @@ class _Enforcer:
         if isinstance(spec, tuple):
             return val not in spec[1]
         if spec in FORMATS:
-            return compile_pattern(FORMATS[spec]).accepts(val)
+            return format_dfa(spec).accepts(val)
         return True
 
     def gen_null(self, m: _Merged, name: str) -> str:
@@ -683,7 +683,7 @@ class _Enforcer:
             if fmt in NOT_CHECKED:
                 self.unenforced(p, "format", f"{fmt}: {NOT_CHECKED[fmt]}")
             try:
-                part = compile_pattern(FORMATS[fmt])
+                part = format_dfa(fmt)
                 d = part if d is None else intersect(d, part)
             except Unsupported as e:
                 self.unenforced(p, "format", f"{fmt} with the other string constraints: {e}")

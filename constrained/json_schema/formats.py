@@ -17,6 +17,10 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
+from .regex import DFA, compile_pattern, minimise
+
 _D = "[0-9]"
 _MONTH31 = "(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])"
 _MONTH30 = "(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)"
@@ -100,3 +104,10 @@ NOT_CHECKED: dict[str, str] = {
     "email": "the host part's total length is not checked",
 }
 """What a format's language does not check (reported as unenforced)."""
+
+
+@functools.cache
+def format_dfa(name: str) -> DFA:
+    """The minimal automaton of a format in ``FORMATS`` (one per format and process: the formats are fixed, and
+    intersections with the minimal automaton stay small)."""
+    return minimise(compile_pattern(FORMATS[name]))
