@@ -4,11 +4,13 @@ JSON schemas and on hostile grammars: an ``enum`` of 2,000 strings, an object wi
 ambiguous ``s ::= " " s "b" | " " s "c" | "d"``.
 
 Each workload runs in its own process (so its peak RSS is its own, vocabulary included) on a freshly compiled
-grammar: a document is teacher-forced token by token; at each step we time our first mask of the state (*first
-pass*: whatever per-suffix walks it needs are computed then), our mask again without the per-state cache (*fresh
-state*: the per-suffix caches warm), and llama.cpp's mask; the masks are compared for equality. No ``precompute()``.
+grammar: a document is teacher-forced token by token; at each step we time (thread CPU time, interleaved) our first
+mask of the state (*first pass*: whatever per-position walks it needs are computed then), our mask again without the
+per-state cache (*fresh state*: the per-position caches warm), llama.cpp's mask, and, where xgrammar is installed
+(``.venv-vllm``), xgrammar's ``fill_next_token_bitmask`` (its compile time apart: it precomputes there); our masks are
+compared with llama.cpp's for equality. No ``precompute()``. Peak RSS is the worker's, llama.cpp's grammar included.
 
-    GGML_NO_BACKTRACE=1 nice .venv/bin/python benchmarks/bench_grammar_hostile.py --vocab gemma-4
+    GGML_NO_BACKTRACE=1 nice .venv-vllm/bin/python benchmarks/bench_grammar_hostile.py --vocab gemma-4
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 AMBIGUOUS = 'root ::= s\ns ::= " " s "b" | " " s "c" | "d"'
+_SCHEMAS: dict[str, object] = {}      # the JSON schema behind each workload (for xgrammar's own conversion)
 
 
 def _workloads() -> dict[str, tuple[str, bytes, int]]:
@@ -41,14 +44,37 @@ def _workloads() -> dict[str, tuple[str, bytes, int]]:
     out = {}
     for name, schema in SCHEMAS.items():
         out[name] = (json_schema_to_gbnf(schema), json.dumps(_doc(name, rng), ensure_ascii=False).encode(), 400)
-    out["enum2000"] = (json_schema_to_gbnf({"enum": [f"v{i}" for i in range(2000)]}), b'"v1234"', 400)
+        _SCHEMAS[name] = schema
+    _SCHEMAS["enum2000"] = {"enum": [f"v{i}" for i in range(2000)]}
+    out["enum2000"] = (json_schema_to_gbnf(_SCHEMAS["enum2000"]), b'"v1234"', 400)
     n = 1000
     props = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(n)},
              "required": [f"p{i}" for i in range(n)]}
+    _SCHEMAS["props1000"] = props
     out["props1000"] = (json_schema_to_gbnf(props), ("{" + ", ".join(f'"p{i}": {i}' for i in range(n)) + "}").encode(),
                         120)
     out["ambiguous"] = (AMBIGUOUS, b"      d" + b"bc" * 3, 400)
     return out
+
+
+def _xgrammar(vocab, gbnf: str, schema: object):  # noqa: ANN001, ANN202
+    """xgrammar's compiled grammar and how it was built (its own JSON-schema conversion where it refuses
+    llama.cpp's GBNF), or None where xgrammar is not installed."""
+    try:
+        import xgrammar as xgr
+    except ImportError:
+        return None
+    info = xgr.TokenizerInfo(list(vocab.pieces), xgr.VocabType.RAW, vocab_size=len(vocab),
+                             stop_token_ids=sorted(vocab.eog_ids))
+    compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+    t = time.thread_time()
+    try:
+        xg, how = compiler.compile_grammar(gbnf), "GBNF"
+    except Exception:  # noqa: BLE001 - xgrammar refuses some of llama.cpp's GBNF
+        if schema is None:
+            return None
+        xg, how = compiler.compile_json_schema(json.dumps(schema)), "its schema conversion"
+    return xgr, xg, how, time.thread_time() - t
 
 
 def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
@@ -65,25 +91,35 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
     vocab_index(vocab)
     base_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     gbnf, doc, steps = _workloads()[name]
-    t = time.perf_counter()
+    clock = time.thread_time       # CPU time of this thread: survives a loaded machine better than wall time
+    t = clock()
     cg = compile_grammar(Grammar.from_gbnf(gbnf), vocab)
-    t_compile = time.perf_counter() - t
-    t = time.perf_counter()
+    t_compile = clock() - t
+    t = clock()
     c = CGrammar(vm, gbnf)
-    t_compile_c = time.perf_counter() - t
+    t_compile_c = clock() - t
+    peer = _xgrammar(vocab, gbnf, _SCHEMAS.get(name))
+    xm = bitmask = None
+    if peer is not None:
+        xgr, xg, how, t_compile_x = peer
+        xm = xgr.GrammarMatcher(xg)
+        bitmask = xgr.allocate_token_bitmask(1, len(vocab))
     m = cg.matcher()
     by_piece = {p: i for i, p in enumerate(vocab.pieces) if p and not vocab.eog_ids.__contains__(i)}
     longest = max(map(len, by_piece))
-    first, fresh, llama = [], [], []
+    first, fresh, llama, xfill = [], [], [], []
     at, equal = 0, True
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = clock()
         mask = m.mask()
-        t1 = time.perf_counter()
+        t1 = clock()
         cg.mask_for(m.stacks, m.partial_utf8, state_cache=False)
-        t2 = time.perf_counter()
+        t2 = clock()
         cm = c.mask()
-        t3 = time.perf_counter()
+        t3 = clock()
+        if xm is not None:
+            xm.fill_next_token_bitmask(bitmask)
+            xfill.append(clock() - t3)
         equal &= bool(np.array_equal(mask, cm))
         first.append(t1 - t0)
         fresh.append(t2 - t1)
@@ -96,11 +132,14 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
             break
         m.accept_token(tok)
         c.accept(tok)
+        if xm is not None and not xm.accept_token(tok):
+            xm = None             # its own conversion parted from llama.cpp's grammar here: its series stops
         at += len(vocab.pieces[tok])
     c.free()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     q.put({"name": name, "steps": len(first), "equal": equal, "first": first, "fresh": fresh, "llama": llama,
-           "compile": t_compile, "compile_c": t_compile_c, "rss_mb": peak / 1024, "base_mb": base_rss / 1024})
+           "compile": t_compile, "compile_c": t_compile_c, "rss_mb": peak / 1024, "base_mb": base_rss / 1024,
+           "xfill": xfill, "xhow": peer[2] if peer else None, "compile_x": peer[3] if peer else None})
 
 
 def _stats(xs: list[float]) -> tuple[float, float, float]:
@@ -120,7 +159,8 @@ def main() -> int:
     print(f"vocabulary {args.vocab}; load average {os.getloadavg()[0]:.2f} at start")
     print(f"{'workload':10} {'steps':>5} {'eq':>3} | {'first-pass ms med / p99 / max':>30} | "
           f"{'fresh-state ms med / p99 / max':>30} | {'llama.cpp ms med / p99 / max':>29} | {'ratio':>6} | "
-          f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6}")
+          f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6} | {'xgrammar fill ms med / p99 / max':>32}"
+          f" {'compile':>8}")
     bad = 0
     for name in names:
         q = ctx.Queue()
@@ -130,13 +170,18 @@ def main() -> int:
         p.join()
         f, s, ll = _stats(r["first"]), _stats(r["fresh"]), _stats(r["llama"])
         bad += not r["equal"]
+        xg = "not installed"
+        if r["xhow"] is not None and r["xfill"]:
+            x = _stats(r["xfill"])
+            xg = (f"{x[0]:8.3f} / {x[1]:7.3f} / {x[2]:7.3f} {r['compile_x'] * 1e3:8.0f} ({r['xhow']}, "
+                  f"{len(r['xfill'])} steps)")
         print(f"{name:10} {r['steps']:5d} {'yes' if r['equal'] else 'NO':>3} | "
-              f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} | {s[0]:8.3f} / {s[1]:8.2f} / {s[2]:8.2f} | "
+              f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} | {s[0]:8.3f} / {s[1]:8.3f} / {s[2]:8.2f} | "
               f"{ll[0]:8.2f} / {ll[1]:7.1f} / {ll[2]:7.1f} | {sum(r['llama']) / sum(r['first']):5.1f}x | "
-              f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f}",
+              f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f} | {xg}",
               flush=True)
-    print(f"ratio = llama.cpp's total mask time / our total first-pass mask time; load average {os.getloadavg()[0]:.2f}"
-          " at the end")
+    print(f"thread CPU time; ratio = llama.cpp's total mask time / our total first-pass mask time; load average "
+          f"{os.getloadavg()[0]:.2f} at the end")
     return 1 if bad else 0
 
 

@@ -1,9 +1,10 @@
 """``constrained serve`` against the real llama-server: the same requests, in the same order, to both servers started
 with the same flags; the bodies must be identical apart from ids, timestamps and timings.
 
-Both servers start fresh, so their slots hold the same prompts at every request (slot choice, prompt reuse and the
-checkpoint split all matter for the tokens). The real server runs with ``--cache-ram 0``: its RAM prompt cache
-(restoring a slot's earlier prompt from host memory) is not reproduced (CHANGELOG, deviations).
+Both servers start fresh, so their slots hold the same prompts at every request (slot choice, prompt reuse, the
+checkpoint split and the host-memory prompt cache all matter for the tokens). Both run at llama-server's defaults
+for the prompt cache (``--cache-ram 8192``, ``--cache-idle-slots``, four slots sharing a unified KV cache): 23 of
+the cases answer differently with ``--cache-ram 0``, so the cache is exercised.
 """
 
 from __future__ import annotations
@@ -214,7 +215,7 @@ def _body(payload: bytes, headers: dict[str, str]) -> object:
 def _run_pair(model: str, extra: list[str], cases: list[tuple[str, str, str, object]]) -> dict[str, tuple]:
     args = ["-m", model, *FLAGS, *extra]
     out: dict[str, list] = {}
-    with LlamaServer([*args, "--cache-ram", "0"]) as real:
+    with LlamaServer(args) as real:
         out["real"] = [raw(real, m, p, b) for _, m, p, b in cases]
     with ours(args) as us:
         out["ours"] = [raw(us, m, p, b) for _, m, p, b in cases]
@@ -260,3 +261,38 @@ def test_headers_as_llama_server(no_jinja: dict[str, tuple]) -> None:
         assert h2.get(k) == h1.get(k)
     (s1, h1, _), (s2, h2, _) = no_jinja["cmpl-stream"]
     assert h2.get("content-type", "").split(";")[0] == h1.get("content-type", "").split(";")[0]
+
+
+def _overflow_rounds(srv: LlamaServer) -> list:
+    import threading
+
+    out = []
+    for vals in ([80, 40, 80, 80], [70, 70, 70, 70]):      # llama-server's test_completion_unified
+        res: list = [None] * len(vals)
+
+        def go(i: int, n: int) -> None:
+            s, _, p = raw(srv, "POST", "/completion", {"prompt": "A", "n_predict": n, "temperature": 0})
+            d = json.loads(p)
+            res[i] = (s, d["error"]["message"] if s != 200 else d["timings"]["predicted_n"])
+        th = [threading.Thread(target=go, args=(i, n)) for i, n in enumerate(vals)]
+        for t in th:
+            t.start()
+        for t in th:
+            t.join()
+        out.append(res)
+    s, _, p = raw(srv, "POST", "/completion", {"prompt": "A", "n_predict": 4, "temperature": 0})
+    out.append((s, json.loads(p)["content"]))
+    return out
+
+
+def test_unified_kv_overflow_as_llama_server(default_model_path: str) -> None:
+    # 4 slots in a unified 256-cell KV cache: an idle slot's prompt is purged to make room (all four 200), and
+    # when nothing can be purged every processing slot gets "Context size has been exceeded." (500); the next
+    # request is answered as on a fresh slot
+    args = ["-m", default_model_path, "-c", "256", "-np", "4", "--kv-unified", "-t", "1"]
+    with LlamaServer(args) as real:
+        want = _overflow_rounds(real)
+    with ours(args) as us:
+        got = _overflow_rounds(us)
+    assert want[1] == [(500, "Context size has been exceeded.")] * 4     # the case is not vacuous
+    assert got == want

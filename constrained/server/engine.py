@@ -39,6 +39,7 @@ from ..slot import Checkpoint, add_checkpoint, checkpoint_decision, common_prefi
 from ..vocab import Vocabulary
 from ..vocab.tokenizer import c_tokenize
 from .errors import HttpError
+from .prompt_cache import PromptCache
 from .task import TaskParams
 
 __all__ = ["Engine", "EngineConfig", "Final", "Partial", "Task", "TokenOut"]
@@ -67,6 +68,8 @@ class EngineConfig:
     slot_prompt_similarity: float = 0.1
     cache_prompt: bool = True
     checkpoint_min_step: int = 8192
+    cache_ram_mib: int = 8192      # --cache-ram: the host-memory prompt cache (0: off, < 0: no size limit)
+    cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
 
 
 @dataclass
@@ -226,6 +229,7 @@ class Engine:
         self.mem = L.llama_get_memory(self.ctx)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab_ptr))
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
+        self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
         holder = _ModelHolder(self, cfg.model_path)
         say("reading the vocabulary ...")
         self.vocab = Vocabulary.from_llama(holder)
@@ -346,30 +350,71 @@ class Engine:
 
     # ------------------------------------------------------------------ slots
     def _pick_slot(self, task: Task, taken: set[int]) -> _Slot | None:
-        # get_available_slot: the requested id, else the best LCP similarity, else the least recently used
-        free = [s for s in self.slots if s.state == "idle" and s.id not in taken]
+        # get_available_slot: the requested id, else the best LCP similarity, else the least recently used; a
+        # slot taken by LRU, or about to keep under half of its context, goes through the prompt cache
+        ret = None
+        update_cache = False
         if task.params.id_slot != -1:
             req = [s for s in self.slots if s.id == task.params.id_slot]
             if not req or req[0].state != "idle" or req[0].id in taken:
                 return None
-            return req[0]
-        ret = None
+            ret = req[0]
+        free = [s for s in self.slots if s.state == "idle" and s.id not in taken
+                and (task.params.id_slot == -1 or s.id == task.params.id_slot)]
         if self.cfg.slot_prompt_similarity != 0.0:
-            best = 0.0
+            best = np.float32(0.0)
+            sim_ret = None
             for s in free:
                 if not s.tokens:
                     continue
                 sim = np.float32(common_prefix(s.tokens, task.tokens)) / np.float32(max(1, len(task.tokens)))
                 if sim > best and sim > np.float32(self.cfg.slot_prompt_similarity):
                     best = sim
-                    ret = s
+                    sim_ret = s
+            if sim_ret is not None:
+                ret = sim_ret
+                f_keep = best * np.float32(len(task.tokens)) / np.float32(len(ret.tokens))
+                update_cache = bool(f_keep < np.float32(0.5))
         if ret is None:
             t_last = -1
             for s in free:
                 if ret is None or s.t_last_used <= t_last:
                     t_last = s.t_last_used
                     ret = s
+            update_cache = ret is not None
+        if ret is not None and update_cache and self.prompt_cache is not None:
+            self._prompt_save(ret)
+            if not self._prompt_load(ret, task.tokens):
+                self._prompt_clear(ret)
+            self.prompt_cache.update()
         return ret
+
+    def _prompt_save(self, s: _Slot) -> bool:
+        # server_slot::prompt_save: the sequence's whole state (and its checkpoints) into the host cache
+        assert self.prompt_cache is not None
+        if not s.tokens:
+            return False
+        size = int(L.llama_state_seq_get_size_ext(self.ctx, s.id, 0))
+
+        def read() -> bytes:
+            buf = (ctypes.c_uint8 * size)()
+            L.llama_state_seq_get_data_ext(self.ctx, buf, size, s.id, 0)
+            return bytes(buf)
+        return self.prompt_cache.alloc(s.tokens, s.checkpoints, size, read) is not None
+
+    def _prompt_load(self, s: _Slot, tokens: list[int]) -> bool:
+        # server_prompt_cache::load into the slot's sequence; False when the state does not restore
+        assert self.prompt_cache is not None
+        entry = self.prompt_cache.find(s.tokens, tokens)
+        if entry is None:
+            return True
+        buf = (ctypes.c_uint8 * len(entry.data)).from_buffer_copy(entry.data)
+        if L.llama_state_seq_set_data_ext(self.ctx, buf, len(entry.data), s.id, 0) != len(entry.data):
+            return False
+        self.prompt_cache.take(entry)
+        s.tokens = list(entry.tokens)
+        s.checkpoints = list(entry.checkpoints)
+        return True
 
     def _launch_pending(self) -> None:
         still: list[Task] = []
@@ -387,18 +432,24 @@ class Engine:
                 still.append(task)
                 continue
             chosen = [parent, *kids]
-            for t, s in zip(group, chosen, strict=True):
-                self._launch(s, t)
+            ok = all([self._launch(s, t) for t, s in zip(group, chosen, strict=True)])
+            if ok and self.prompt_cache is not None and self.cfg.cache_idle_slots:
+                for s in self.slots:                 # the idle slots saved (and cleared when unified)
+                    if s.state == "idle":
+                        if self._prompt_save(s):
+                            self.prompt_cache.update()
+                        if self.kv_unified:
+                            self._prompt_clear(s)
         self._deferred = still
         self.metrics["requests_deferred"] = len(still)
 
-    def _launch(self, slot: _Slot, task: Task) -> None:
+    def _launch(self, slot: _Slot, task: Task) -> bool:
         # launch_slot_with_task: token ids checked, samplers (and grammar) built
         slot.reset_gen()
         p = task.params
         if any(not 0 <= t < self.n_vocab for t in task.tokens):
             self._error(task, HttpError("Prompt contains invalid tokens", "invalid_request_error"))
-            return
+            return False
         try:
             slot.sampler = Sampler(p.sampling, self.vocab)
             if p.grammar:
@@ -413,13 +464,14 @@ class Engine:
         except ConstrainedError:
             self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
                                         "invalid_request_error"))
-            return
+            return False
         except ValueError as e:
             self._error(task, HttpError(f"Failed to initialize samplers: {e}", "invalid_request_error"))
-            return
+            return False
         slot.task = task
         slot.state = "wait_other" if task.parent is not None else "started"
         self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+        return True
 
     def _prefill(self, matcher: Any, gen_prompt: str) -> None:
         """``common_sampler_init``: the generation prompt's tokens fed to the grammar (a leading space token the
@@ -444,6 +496,21 @@ class Engine:
         self._tick += 1
         slot.t_last_used = self._tick
         self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+
+    def _prompt_clear(self, s: _Slot) -> None:
+        L.llama_memory_seq_rm(self.mem, s.id, -1, -1)
+        s.tokens = []
+        s.checkpoints = []
+
+    def _clear_idle_slot(self) -> bool:
+        # try_clear_idle_slots: with a unified KV cache, the first idle slot holding a prompt is purged
+        if not self.kv_unified:
+            return False
+        for s in self.slots:
+            if s.state == "idle" and s.tokens:
+                self._prompt_clear(s)
+                return True
+        return False
 
     def _error(self, task: Task, err: HttpError) -> None:
         task.emit(err)
@@ -504,9 +571,20 @@ class Engine:
         b.n_tokens = n
         t0 = time.perf_counter()
         rc = L.llama_decode(self.ctx, b)
+        while rc == 1 and self._clear_idle_slot():   # no room in the KV cache: purge an idle slot, retry
+            rc = L.llama_decode(self.ctx, b)
         self.metrics["n_decode_total"] += 1
         if rc != 0:
-            raise RuntimeError(f"llama_decode failed ({rc})")
+            # server-context.cpp: every processing slot gets the error, is released and loses its prompt
+            # (llama-server first halves the batch down to one token; a failed decode changes nothing here)
+            err = ("Context size has been exceeded." if rc == 1 else "Invalid input batch." if rc == -1
+                   else "Compute error." if rc < -1 else f"llama_decode failed ({rc})")
+            for s in self.slots:
+                if s.task is not None:
+                    self._error(s.task, HttpError(err, "server_error"))
+                    self._release(s)
+                    self._prompt_clear(s)
+            return
         t1 = time.perf_counter()
         for s in self.slots:                  # the prompt progress of every slot on its prompt (server-context.cpp)
             if (s.state in ("prompt", "done_prompt") and s.task is not None and s.task.params.stream

@@ -43,7 +43,8 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
                        flash_attn=a.flash_attn, swa_full=a.swa_full, ctx_checkpoints=a.n_ctx_checkpoints,
                        n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
                        sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
-                       cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step)
+                       cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
+                       cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots)
     kwargs = dict(a.chat_template_kwargs)
     if a.reasoning in ("on", "off"):            # --reasoning on|off: enable_thinking for every template
         kwargs["enable_thinking"] = a.reasoning == "on"
