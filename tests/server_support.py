@@ -21,8 +21,10 @@ def launcher_binary() -> Path:
     d = Path(tempfile.gettempdir()) / f"constrained-launcher-{os.getuid()}"
     d.mkdir(exist_ok=True)
     p = d / "llama-server"
-    text = (f"#!/bin/sh\ncd {ROOT}\nexport PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}\n"
-            f"exec {sys.executable} -m tests.server_suite.launcher \"$@\"\n")
+    # run in the caller's directory (llama-server's suite passes relative paths such as --chat-template-file
+    # ../../../models/templates/x.jinja); -P: that directory is not put on sys.path
+    text = (f"#!/bin/sh\nexport PYTHONPATH={ROOT}${{PYTHONPATH:+:$PYTHONPATH}}\n"
+            f"exec {sys.executable} -P -m tests.server_suite.launcher \"$@\"\n")
     if not p.exists() or p.read_text() != text:
         p.write_text(text)
         p.chmod(p.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
