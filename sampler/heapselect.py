@@ -69,16 +69,8 @@ def top_sparse(keys: np.ndarray, k: int, stop: int, tail: np.ndarray) -> np.ndar
         feed(keys[pos:end], pos)
         pos, step = end, step * _GROW
     if tail.size:
-        tv = keys[tail]
-        marks = []
-        p = max(stop, 1) * _GROW
-        while p < int(tail[-1]):
-            marks.append(p)
-            p *= _GROW
-        cuts = [0, *np.searchsorted(tail, marks).tolist(), tail.size]
-        for a, b in itertools.pairwise(cuts):
-            if b > a:
-                feed(tv[a:b], tail[a:b])
+        # one filter for the whole tail (a few hundred elements, all >= t): the superset costs less than more chunks
+        feed(keys[tail], tail)
     out = [heapq.heappop(heap) for _ in range(k)]  # __sort_heap fills the back first
     out.reverse()
     # every candidate is alive in vals_l, so id() names it; a survivor is >= the last one out, so only those
