@@ -1,0 +1,141 @@
+"""``enforce="all"``, arrays: prefixItems/items, item counts, contains with its bounds, uniqueItems over small domains: the ``ArrayMixin`` part of ``enforce._Enforcer``."""
+
+from __future__ import annotations
+
+import itertools
+
+from .enforce_base import (
+    TYPES,
+    Sub,
+    _json_equal,
+    _literal,
+    _Merged,
+    _negatable,
+)
+
+
+class ArrayMixin:
+    def gen_array(self, m: _Merged, name: str) -> str | None:
+        path = m.subs[0][1]
+        if not (m.prefix or m.rest or m.min_items or m.max_items is not None or m.contains or m.unique):
+            return self.primitive("array")
+        max_items = m.max_items
+        if max_items is not None and len(m.prefix) > max_items:
+            m.prefix = m.prefix[:max_items]  # the positions past maxItems never exist
+        npre = len(m.prefix)
+
+        def item_subs(i: int) -> list[Sub]:
+            subs = list(m.prefix[i]) if i < npre else []
+            subs += [r for r, after in zip(m.rest, [a for a in m.rest_after if a != -1], strict=False) if i >= after]
+            return subs
+
+        if max_items is not None and m.min_items > max_items:
+            return None
+        if m.contains:
+            return self.gen_contains(m, name, npre, max_items, item_subs)
+        if m.unique and not (max_items is not None and max_items <= 1):
+            return self.gen_unique(m, name, npre, max_items, item_subs)
+        elems = []
+        for i in range(npre):
+            r = self.gen(item_subs(i) or [(True, path)], f"{name}-{i}")
+            elems.append(r)
+        rest_rule = self.gen(item_subs(npre) or [(True, path)], f"{name}-item") if (
+            max_items is None or max_items > npre) else None
+        # build from the end: tail(i) = what may follow after i elements
+        lo_rest = max(0, m.min_items - npre)
+        hi_rest = None if max_items is None else max(0, max_items - npre)
+        if rest_rule is None or hi_rest == 0:
+            tail = ""
+            if m.min_items > npre:
+                return None
+        else:
+            sep = '"," space ' if npre else ""
+            if npre == 0:
+                if hi_rest is None:
+                    rep = f'( "," space {rest_rule} )*' if lo_rest <= 1 else \
+                        f'( "," space {rest_rule} ){{{lo_rest - 1},}}'
+                else:
+                    rep = f'( "," space {rest_rule} ){{{max(lo_rest - 1, 0)},{hi_rest - 1}}}'
+                tail = f"{rest_rule} {rep}"
+                if lo_rest == 0:
+                    tail = f"( {tail} )?"
+            else:
+                hi = "" if hi_rest is None else str(hi_rest)
+                tail = f'( {sep}{rest_rule} ){{{lo_rest},{hi}}}'
+        for i in range(npre - 1, -1, -1):
+            if elems[i] is None:
+                if i < m.min_items:
+                    return None
+                tail = ""
+                continue
+            sep = '"," space ' if i else ""
+            part = f"{sep}{elems[i]} {tail}".strip()
+            tail = part if i < m.min_items else f"( {part} )?"
+        return f'"[" space {tail} space "]"'.replace("space  space", "space space")
+
+    def gen_contains(self, m: _Merged, name: str, npre: int, max_items: int | None, item_subs) -> str | None:  # noqa: ANN001
+        """Arrays whose number of items matching ``contains`` is in [minContains, maxContains]."""
+        path = m.subs[0][1]
+        (csch, cpath), lo, hi = m.contains[0]
+        if len(m.contains) > 1 or npre or max_items is not None or m.unique or m.min_items > max(lo, 1):
+            self.unenforced(cpath.rsplit("/", 1)[0], "contains", "contains is enforced without prefixItems, "
+                            "maxItems, uniqueItems and a minItems above minContains")
+            m.contains = []
+            return self.gen_array(m, name)
+        item = item_subs(0) or [(True, path)]
+        y = self.gen(item + [(csch, cpath)], f"{name}-contains")
+        if hi is None:
+            if lo == 0:
+                m.contains = []
+                return self.gen_array(m, name)
+            x = self.gen(item, f"{name}-item")
+        else:
+            if not _negatable(csch):
+                self.unenforced(cpath.rsplit("/", 1)[0], "maxContains",
+                                "maxContains needs the items that do not match contains: enforced only when "
+                                "contains is a type, const or enum")
+                m.contains = [((csch, cpath), lo, None)]
+                return self.gen_array(m, name)
+            x = self.gen(item + [({"not": csch}, cpath)], f"{name}-other")
+        if hi is not None and hi < lo:
+            return None
+        cap = hi if hi is not None else lo
+        names = {c: (self.reserve(f"{name}-e{c}"), self.reserve(f"{name}-t{c}")) for c in range(cap + 1)}
+        for c, (e_rule, t_rule) in names.items():
+            alts = []
+            if x is not None:
+                alts.append(f"{x} {t_rule}")
+            if y is not None and (hi is None or c < hi):
+                alts.append(f"{y} {names[min(c + 1, cap)][1]}")
+            self.rules[e_rule] = " | ".join(alts) if alts else '[^\\x00-\\U0010FFFF]'
+            ends = ['""'] if c >= lo else []
+            self.rules[t_rule] = " | ".join([f'"," space {e_rule}'] + ends)
+        first = names[0][0]
+        body = f"( {first} )?" if lo == 0 else first
+        return f'"[" space {body} space "]"'
+
+    def gen_unique(self, m: _Merged, name: str, npre: int, max_items: int | None, item_subs) -> str | None:  # noqa: ANN001
+        path = m.subs[0][1]
+        dom = None
+        if not npre:
+            im = self.merge(item_subs(0))
+            if im.values is not None and not im.anyofs:
+                dom = []
+                for v in im.values:
+                    if not any(_json_equal(v, w) for w in dom):
+                        dom.append(v)
+                r = self.gen_values(im, set(TYPES), path)
+                dom = [v for v in dom if _literal(v) in (r or "")]
+            elif im.types is not None and im.types <= {"boolean", "null"} and not im.nots and not im.anyofs:
+                dom = ([True, False] if "boolean" in im.types else []) + ([None] if "null" in im.types else [])
+        if dom is None or len(dom) > 5:
+            self.unenforced(path, "uniqueItems", "enforced only for arrays of at most 5 possible item values")
+            m.unique = False
+            return self.gen_array(m, name)
+        seqs = []
+        hi = len(dom) if max_items is None else min(max_items, len(dom))
+        for k in range(m.min_items, hi + 1):
+            for perm in itertools.permutations(dom, k):
+                seqs.append('"[" space ' + ' "," space '.join(_literal(v) for v in perm) + (" " if perm else "")
+                            + 'space "]"')
+        return " | ".join(f"( {s} )" for s in seqs) if seqs else None

@@ -1,0 +1,170 @@
+"""``enforce="all"``, anyOf/oneOf alternatives (oneOf where disjoint), not, and const/enum values kept when they validate: the ``CombinatorMixin`` part of ``enforce._Enforcer``."""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+from typing import Any
+
+from .enforce_base import (
+    ANNOTATIONS,
+    MAX_BRANCHES,
+    TYPES,
+    Sub,
+    _json_equal,
+    _literal,
+    _Merged,
+    _type_of,
+)
+from .numbers import number_dfas
+from .regex import (
+    Unsupported,
+)
+
+
+class CombinatorMixin:
+    def apply_not(self, m: _Merged, sch: Any, path: str, allowed: set[str]) -> set[str]:
+        if sch is True or sch == {}:
+            return set()
+        if sch is False:
+            return allowed
+        if isinstance(sch, dict) and set(sch) - ANNOTATIONS <= {"type"} and "type" in sch:
+            t = sch["type"]
+            names = {t} if isinstance(t, str) else set(t)
+            if "number" in names:
+                names |= {"integer"}
+            if "integer" in names and "number" not in names and "number" in allowed:
+                m.non_integer = True  # numbers that are not integers
+                return allowed - names
+            return allowed - names
+        if isinstance(sch, dict) and set(sch) - ANNOTATIONS in ({"const"}, {"enum"}):
+            vals = [sch["const"]] if "const" in sch else sch["enum"]
+            if m.values is not None:
+                m.values = [v for v in m.values if not any(_json_equal(v, w) for w in vals)]
+                return allowed
+            if all(not isinstance(v, (list, dict)) for v in vals):
+                strs = tuple(v for v in vals if isinstance(v, str))
+                if strs:
+                    m.patterns.append((("__not__", strs), path))
+                m.excluded += [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+                m.excluded_bools |= {v for v in vals if isinstance(v, bool)}
+                return allowed - ({"null"} if None in vals else set())
+        self.unenforced(path.rsplit("/", 1)[0], "not", "not is enforced only for types and values")
+        return allowed
+
+    def gen_alternatives(self, m: _Merged, subs: list[Sub], name: str, types: frozenset[str]) -> str | None:
+        groups = m.anyofs
+        n = 1
+        for alts, _kw, _p in groups:
+            n *= len(alts)
+        if n > MAX_BRANCHES:
+            alts, kw, p = groups[-1]
+            self.unenforced(p, kw, f"more than {MAX_BRANCHES} combinations of alternatives")
+            groups = groups[:1]
+        for alts, kw, p in groups:
+            if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts):
+                self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
+        base = [(self.strip_alternatives(s), p) for s, p in self.flatten(subs)]
+        out = []
+        for k, combo in enumerate(itertools.product(*[alts for alts, _kw, _p in groups])):
+            r = self.gen(base + list(combo), f"{name}-{k}", types)
+            if r is not None:
+                out.append(r)
+        return " | ".join(out) if out else None
+
+    def strip_alternatives(self, s: Any) -> Any:
+        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref")):
+            key = id(s)
+            cache = self.__dict__.setdefault("_stripped", {})
+            if key not in cache:
+                cache[key] = (s, {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "if", "then", "else",
+                                                                          "allOf", "$ref")})
+            return cache[key][1]
+        return s
+
+    def disjoint(self, alts: list[Sub]) -> bool:
+        ms = [self.merge([a]) for a in alts]
+
+        def types(x: _Merged) -> set[str]:
+            t = set(TYPES) if x.types is None else set(x.types)
+            if x.values is not None:
+                t = {_type_of(v) for v in x.values}
+            return t
+
+        for i in range(len(ms)):
+            for j in range(i + 1, len(ms)):
+                a, b = ms[i], ms[j]
+                if not (types(a) & types(b)):
+                    continue
+                if a.values is not None and b.values is not None and not any(
+                        _json_equal(x, y) for x in a.values for y in b.values):
+                    continue
+                if not self.discriminated(a, b):
+                    return False
+        return True
+
+    def discriminated(self, a: _Merged, b: _Merged) -> bool:
+        for k in set(a.required) & set(b.required):
+            va = [self.merge([mem["props"][k]]).values for mem in a.members if k in mem["props"]]
+            vb = [self.merge([mem["props"][k]]).values for mem in b.members if k in mem["props"]]
+            va = [v for v in va if v is not None]
+            vb = [v for v in vb if v is not None]
+            if va and vb and not any(_json_equal(x, y) for x in va[0] for y in vb[0]):
+                return True
+        return False
+
+    def validator(self) -> Any:
+        if self._validator is None:
+            import jsonschema
+
+            try:
+                cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
+                self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
+            except Exception:  # noqa: BLE001 - not a schema jsonschema can use
+                self._validator = False
+        return self._validator
+
+    def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
+        v = self.validator()
+        lits = []
+        for val in m.values or []:
+            t = _type_of(val)
+            if t not in allowed and not (t == "integer" and "number" in allowed and not m.non_integer):
+                continue
+            if (isinstance(val, bool) and val in m.excluded_bools) or (
+                    t in ("integer", "number") and any(_json_equal(val, x) for x in m.excluded)):
+                continue
+            if v:
+                try:
+                    ok = all(v.evolve(schema=s).is_valid(val) for s, _p in m.subs)
+                except Exception:  # noqa: BLE001 - an unresolvable sibling
+                    ok = True
+                    self.unenforced(path, "enum", "the values could not be checked against their siblings")
+                if not ok:
+                    continue
+                if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
+                    continue
+            lits.append(self.value_rule(val))
+        if not lits:
+            return None
+        return "(" + " | ".join(f"( {x} )" for x in dict.fromkeys(lits)) + ")"
+
+    def value_rule(self, val: Any) -> str:
+        """The texts of a JSON value: any spelling of its numbers (1 = 1.0), the grammar's spaces, its key order."""
+        if isinstance(val, bool) or val is None or isinstance(val, str):
+            return _literal(val)
+        if isinstance(val, (int, float)):
+            if len(repr(val)) > 24:
+                return _literal(val)  # its own spelling only (the other spellings' automata grow with the digits)
+            f = Fraction(val)
+            try:
+                dfas = number_dfas(False, f, False, f, False, None)
+            except Unsupported:
+                return _literal(val)
+            return "( " + (" | ".join(self.emit(d, "const-num") for d in dfas if not d.is_empty())
+                           or _literal(val)) + " )"
+        if isinstance(val, list):
+            inner = ' "," space '.join(self.value_rule(v) for v in val)
+            return f'"[" space {inner} space "]"' if val else '"[" space "]"'
+        inner = ' "," space '.join(f'{_literal(k)} space ":" space ( {self.value_rule(v)} )' for k, v in val.items())
+        return f'"{{" space {inner} space "}}"' if val else '"{" space "}"'

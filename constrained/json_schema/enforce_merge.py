@@ -1,0 +1,251 @@
+"""``enforce="all"``, the conjunction of a schema: allOf, $ref, if/then/else on types, and each keyword read into one set of constraints (``_Merged``): the ``MergeMixin`` part of ``enforce._Enforcer``."""
+
+from __future__ import annotations
+
+from ..errors import SchemaError
+from .enforce_base import (
+    ANNOTATIONS,
+    HANDLED,
+    TYPES,
+    Sub,
+    _count,
+    _frac,
+    _json_equal,
+    _Merged,
+)
+from .regex import (
+    Unsupported,
+)
+
+
+class MergeMixin:
+    def resolve(self, ref: str, path: str) -> Sub:
+        if ref == "#":
+            return self.root, "#"
+        if not ref.startswith("#/"):
+            raise Unsupported(f"$ref {ref} is not a reference into this document")
+        target = self.root
+        for raw in ref[2:].split("/"):
+            seg = raw.replace("~1", "/").replace("~0", "~")
+            from urllib.parse import unquote
+
+            seg = unquote(seg)
+            if isinstance(target, dict) and seg in target:
+                target = target[seg]
+            elif isinstance(target, list) and seg.isdigit() and int(seg) < len(target):
+                target = target[int(seg)]
+            else:
+                raise SchemaError(f"JSON schema error at {path}: cannot resolve $ref {ref}", path=path)
+        return target, ref
+
+    def flatten(self, subs: list[Sub]) -> list[Sub]:
+        """The conjunction: allOf members and $ref targets inlined (each schema once)."""
+        out: list[Sub] = []
+        seen: set[int] = set()
+        stack = list(reversed(subs))
+        while stack:
+            s, p = stack.pop()
+            if id(s) in seen:
+                continue
+            seen.add(id(s))
+            if isinstance(s, dict) and self.ref_alone and isinstance(s.get("$ref"), str):
+                try:
+                    stack.append(self.resolve(s["$ref"], p))
+                except Unsupported as e:
+                    self.unenforced(p, "$ref", str(e))
+                continue
+            out.append((s, p))
+            if not isinstance(s, dict):
+                continue
+            more: list[Sub] = []
+            if "$ref" in s and isinstance(s["$ref"], str):
+                try:
+                    more.append(self.resolve(s["$ref"], p))
+                except Unsupported as e:
+                    self.unenforced(p, "$ref", str(e))
+            if isinstance(s.get("allOf"), list):
+                more += [(m, f"{p}/allOf/{i}") for i, m in enumerate(s["allOf"])]
+            stack.extend(reversed(more))
+        if len(out) > 2000:
+            raise SchemaError(f"JSON schema error at {subs[0][1]}: allOf/$ref expand to more than 2000 schemas",
+                              path=subs[0][1])
+        return out
+
+    def merge(self, subs: list[Sub]) -> _Merged:
+        m = _Merged(subs=subs)
+        for s, p in self.flatten(subs):
+            if s is True or s == {}:
+                continue
+            if s is False:
+                m.empty = True
+                continue
+            if not isinstance(s, dict):
+                raise SchemaError(f"JSON schema error at {p}: schema must be an object or a boolean", path=p)
+            self.merge_one(m, s, p)
+        return m
+
+    def merge_one(self, m: _Merged, s: dict, p: str) -> None:  # noqa: C901 - one keyword per branch
+        for kw in s:
+            if kw not in HANDLED and kw not in ANNOTATIONS and not kw.startswith("x-"):
+                from .nodes import KEYWORDS
+
+                if kw in KEYWORDS or kw in ("dependentSchemas", "dependencies", "unevaluatedProperties",
+                                            "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
+                    self.unenforced(p, kw, "not supported by enforce='all'")
+        t = s.get("type")
+        if t is not None:
+            names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) and all(
+                isinstance(x, str) for x in t) else None
+            if names is None or not names <= set(TYPES):
+                raise SchemaError(f"JSON schema error at {p}: type must be a type name or a list of them", path=p)
+            if "number" in names:
+                names.add("integer")
+            m.types = names if m.types is None else m.types & names
+        for kw in ("const", "enum"):
+            if kw in s:
+                vals = [s["const"]] if kw == "const" else s["enum"]
+                if not isinstance(vals, list):
+                    raise SchemaError(f"JSON schema error at {p}: enum must be an array", path=p)
+                if m.values is None:
+                    m.values = list(vals)
+                else:
+                    m.values = [v for v in m.values if any(_json_equal(v, w) for w in vals)]
+        for kw in ("anyOf", "oneOf"):
+            if kw in s:
+                alts = s[kw]
+                if not isinstance(alts, list) or not alts:
+                    raise SchemaError(f"JSON schema error at {p}/{kw}: must be a non-empty array of schemas",
+                                      path=f"{p}/{kw}")
+                m.anyofs.append(([(a, f"{p}/{kw}/{i}") for i, a in enumerate(alts)], kw, p))
+        if "not" in s:
+            m.nots.append((s["not"], f"{p}/not"))
+        if "if" in s:
+            self.merge_if(m, s, p)
+        self.merge_number(m, s, p)
+        if "pattern" in s:
+            m.patterns.append((s["pattern"], p))
+        if "format" in s and isinstance(s["format"], str):
+            m.formats.append((s["format"], p))
+        if "minLength" in s:
+            m.min_len = max(m.min_len, _count(s, "minLength", p))
+        if "maxLength" in s:
+            v = _count(s, "maxLength", p)
+            m.max_len = v if m.max_len is None else min(m.max_len, v)
+        self.merge_array(m, s, p)
+        self.merge_object(m, s, p)
+
+    def merge_if(self, m: _Merged, s: dict, p: str) -> None:
+        cond = s["if"]
+        if cond is True or cond == {}:
+            if "then" in s:
+                m.anyofs.append(([(s["then"], f"{p}/then")], "then", p))
+            return
+        if cond is False:
+            if "else" in s:
+                m.anyofs.append(([(s["else"], f"{p}/else")], "else", p))
+            return
+        if isinstance(cond, dict) and set(cond) - ANNOTATIONS == {"type"}:
+            t = cond["type"]
+            names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) else set()
+            if "number" in names:
+                names.add("integer")
+            if "integer" in names and "number" not in names:
+                self.unenforced(p, "if", "an if on integer alone is not split (integer vs number)")
+                return
+            yes: dict = {"type": sorted(names)}
+            no: dict = {"type": sorted(set(TYPES) - names)}
+            then = [({"allOf": [yes, s.get("then", True)]}, f"{p}/then"),
+                    ({"allOf": [no, s.get("else", True)]}, f"{p}/else")]
+            m.anyofs.append((then, "if", p))
+            return
+        if "then" in s or "else" in s:
+            self.unenforced(p, "if", "if/then/else is enforced only when 'if' names types")
+
+    def merge_number(self, m: _Merged, s: dict, p: str) -> None:
+        for kw, lower, excl in (("minimum", True, False), ("exclusiveMinimum", True, True),
+                                ("maximum", False, False), ("exclusiveMaximum", False, True)):
+            if kw not in s:
+                continue
+            v = s[kw]
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                if isinstance(v, bool) and kw.startswith("exclusive"):
+                    self.unenforced(p, kw, "draft-4 boolean exclusive bounds are not supported")
+                    continue
+                raise SchemaError(f"JSON schema error at {p}: {kw} must be a number", path=p)
+            b = (_frac(v), excl)
+            if lower:
+                if m.lo is None or b[0] > m.lo[0] or (b[0] == m.lo[0] and excl):
+                    m.lo = b
+            elif m.hi is None or b[0] < m.hi[0] or (b[0] == m.hi[0] and excl):
+                m.hi = b
+        if "multipleOf" in s:
+            v = s["multipleOf"]
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
+                raise SchemaError(f"JSON schema error at {p}: multipleOf must be a positive number", path=p)
+            m.multiples.append(_frac(v))
+
+    def merge_array(self, m: _Merged, s: dict, p: str) -> None:
+        items = s.get("items")
+        prefix = s.get("prefixItems")
+        tup: list | None = prefix if isinstance(prefix, list) else items if isinstance(items, list) else None
+        tkey = "prefixItems" if isinstance(prefix, list) else "items"
+        if tup is not None:
+            for i, it in enumerate(tup):
+                while len(m.prefix) <= i:
+                    m.prefix.append([])
+                m.prefix[i].append((it, f"{p}/{tkey}/{i}"))
+            after = s.get("additionalItems") if tkey == "items" else items
+            if after is not None:
+                m.rest.append((after, f"{p}/{'additionalItems' if tkey == 'items' else 'items'}"))
+                m.rest_after.append(len(tup))
+            else:
+                m.rest_after.append(-1)  # a tuple without a rest schema: nothing more to say
+        elif items is not None:
+            m.rest.append((items, f"{p}/items"))
+            m.rest_after.append(0)
+        if "minItems" in s:
+            m.min_items = max(m.min_items, _count(s, "minItems", p))
+        if "maxItems" in s:
+            v = _count(s, "maxItems", p)
+            m.max_items = v if m.max_items is None else min(m.max_items, v)
+        if "contains" in s:
+            lo = _count(s, "minContains", p) if "minContains" in s else 1
+            hi = _count(s, "maxContains", p) if "maxContains" in s else None
+            m.contains.append(((s["contains"], f"{p}/contains"), lo, hi))
+        if s.get("uniqueItems") is True:
+            m.unique = True
+
+    def merge_object(self, m: _Merged, s: dict, p: str) -> None:
+        props = s.get("properties")
+        pats = s.get("patternProperties")
+        add = s.get("additionalProperties")
+        if props is not None and not isinstance(props, dict):
+            raise SchemaError(f"JSON schema error at {p}: properties must be an object", path=p)
+        if props or pats or add is not None:
+            m.members.append({"props": {k: (v, f"{p}/properties/{k}") for k, v in (props or {}).items()},
+                              "patterns": [(k, v, f"{p}/patternProperties/{k}") for k, v in (pats or {}).items()],
+                              "additional": None if add is None else (add, f"{p}/additionalProperties")})
+            for k in props or {}:
+                if k not in m.prop_order:
+                    m.prop_order.append(k)
+        req = s.get("required")
+        if isinstance(req, list):
+            for k in req:
+                if isinstance(k, str) and k not in m.required:
+                    m.required.append(k)
+        if "minProperties" in s:
+            m.min_props = max(m.min_props, _count(s, "minProperties", p))
+        if "maxProperties" in s:
+            v = _count(s, "maxProperties", p)
+            m.max_props = v if m.max_props is None else min(m.max_props, v)
+        if "propertyNames" in s:
+            m.names.append((s["propertyNames"], f"{p}/propertyNames"))
+        dr = s.get("dependentRequired")
+        if dr is None and isinstance(s.get("dependencies"), dict) and all(
+                isinstance(v, list) for v in s["dependencies"].values()):
+            dr = s["dependencies"]
+            self.report.pop((p, "dependencies"), None)
+        if isinstance(dr, dict):
+            for k, v in dr.items():
+                m.dep_required.setdefault(k, [])
+                m.dep_required[k] += [x for x in v if x not in m.dep_required[k]]

@@ -1,0 +1,124 @@
+"""``enforce="all"``, null, booleans, numbers (bounds, multipleOf) and strings (patterns, formats, lengths as automata): the ``ScalarMixin`` part of ``enforce._Enforcer``."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+from ..errors import SchemaError
+from .enforce_base import (
+    Sub,
+    _Merged,
+)
+from .formats import FORMATS, NOT_CHECKED, format_dfa
+from .numbers import number_dfas
+from .regex import (
+    DFA,
+    Unsupported,
+    any_dfa,
+    compile_pattern,
+    complement,
+    intersect,
+    literal_dfa,
+    with_length,
+)
+
+
+class ScalarMixin:
+    def string_ok(self, val: str, item: Sub) -> bool:
+        spec, _p = item
+        if isinstance(spec, tuple):
+            return val not in spec[1]
+        if spec in FORMATS:
+            return format_dfa(spec).accepts(val)
+        return True
+
+    def gen_null(self, m: _Merged, name: str) -> str:
+        return '"null"'
+
+    def gen_boolean(self, m: _Merged, name: str) -> str | None:
+        alts = [f'"{x}"' for x, v in (("true", True), ("false", False)) if v not in m.excluded_bools]
+        return "(" + " | ".join(alts) + ")" if alts else None
+
+    def gen_integer(self, m: _Merged, name: str) -> str | None:
+        return self.gen_numeric(m, name, True)
+
+    def gen_number(self, m: _Merged, name: str) -> str | None:
+        return self.gen_numeric(m, name, False)
+
+    def gen_numeric(self, m: _Merged, name: str, integer: bool) -> str | None:
+        path = m.subs[0][1]
+        mult = None
+        if m.multiples:
+            mult = m.multiples[0]
+            for x in m.multiples[1:]:
+                if x.denominator == 1 and mult.denominator == 1:
+                    mult = mult * x // math.gcd(int(mult), int(x))
+                else:
+                    self.unenforced(path, "multipleOf", "several non-integer multipleOf are not combined")
+        try:
+            dfas = number_dfas(integer, m.lo[0] if m.lo else None, bool(m.lo and m.lo[1]),
+                               m.hi[0] if m.hi else None, bool(m.hi and m.hi[1]), mult)
+        except Unsupported as e:
+            self.unenforced(path, "multipleOf" if "multipleOf" in str(e) else "minimum", str(e))
+            dfas = number_dfas(integer, m.lo[0] if m.lo else None, bool(m.lo and m.lo[1]),
+                               m.hi[0] if m.hi else None, bool(m.hi and m.hi[1]), None) \
+                if "multipleOf" in str(e) else number_dfas(integer, None, False, None, False, None)
+        if m.non_integer:
+            if integer:
+                return None
+            frac = compile_pattern("^-?(?:0|[1-9][0-9]*)\\.[0-9]*[1-9][0-9]*$")
+            dfas = [intersect(d, frac) for d in dfas]
+        for v in m.excluded:
+            f = Fraction(v)
+            for ex in number_dfas(False, f, False, f, False, None):
+                dfas = [intersect(d, complement(ex)) for d in dfas]
+        alts = [self.emit(d, f"{name}-num") for d in dfas if not d.is_empty()]
+        return " | ".join(alts) if alts else None
+
+    def string_dfa(self, m: _Merged, path: str) -> DFA:
+        d: DFA | None = None
+        for spec, p in m.patterns:
+            try:
+                if isinstance(spec, tuple):
+                    part = complement(literal_dfa(list(spec[1])))
+                elif not isinstance(spec, str):
+                    raise SchemaError(f"JSON schema error at {p}: pattern must be a string", path=p)
+                else:
+                    part = compile_pattern(spec)
+                d = part if d is None else intersect(d, part)
+            except Unsupported as e:
+                self.unenforced(p, "pattern" if not isinstance(spec, tuple) else "not", f"{spec}: {e}")
+        for fmt, p in m.formats:
+            if fmt not in FORMATS:
+                if fmt not in ("regex", "unknown"):
+                    self.unenforced(p, "format", f"format {fmt} is not enforced")
+                continue
+            if fmt in NOT_CHECKED:
+                self.unenforced(p, "format", f"{fmt}: {NOT_CHECKED[fmt]}")
+            try:
+                part = format_dfa(fmt)
+                d = part if d is None else intersect(d, part)
+            except Unsupported as e:
+                self.unenforced(p, "format", f"{fmt} with the other string constraints: {e}")
+        if m.min_len or m.max_len is not None:
+            try:
+                d = with_length(d if d is not None else any_dfa(), m.min_len, m.max_len)
+            except Unsupported as e:
+                self.unenforced(path, "maxLength" if m.max_len is not None else "minLength", str(e))
+        return d if d is not None else any_dfa()
+
+    def gen_string(self, m: _Merged, name: str) -> str | None:
+        path = m.subs[0][1]
+        if not m.patterns and not m.formats:
+            if not m.min_len and m.max_len is None:
+                return self.primitive("string")
+            if m.max_len is not None and m.min_len > m.max_len:
+                return None
+            char = self.primitive("char")
+            rep = f"{char}{{{m.min_len},{'' if m.max_len is None else m.max_len}}}"
+            return f'"\\"" {rep} "\\""'
+        d = self.string_dfa(m, path)
+        if d.is_empty():
+            return None
+        return f'"\\"" {self.emit(d, f"{name}-str")} "\\""'
