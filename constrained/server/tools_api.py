@@ -56,12 +56,19 @@ class ToolPlan:
         return self.setup.tool_choice != "none" and bool(self.setup.tools)
 
     def messages(self, msgs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The conversation as the template renders it (generic format: tools in the system message)."""
+        """The conversation as the template renders it (generic format: tools in the system message; a
+        tool-capable template: past calls' string arguments as objects, as llama-server hands them over)."""
+        from ..chat import tools as ct
+
+        normalize = getattr(ct, "template_messages", None)
+        if normalize is not None:
+            try:
+                return list(normalize(msgs, self.setup))
+            except ToolError as e:
+                raise HttpError(str(e), "invalid_request_error") from None
         if self.template_tools is not None:
             return msgs
-        from ..chat.tools import generic_messages
-
-        return generic_messages(msgs, self.setup)
+        return ct.generic_messages(msgs, self.setup)
 
     def params(self) -> dict[str, Any]:
         """The slot's grammar fields (llama-server's ``llama_params`` for a chat request with tools):
