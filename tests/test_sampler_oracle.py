@@ -220,3 +220,40 @@ def test_nan_logits_after_adaptive_p() -> None:
                    top_p=float(rng.choice([1.0, 0.9])), min_p=0.1, top_n_sigma=1.0, typ_p=0.7, top_k=2,
                    min_keep=int(rng.choice([0, 50])))
         run_sequence(p, n, rng, 8, modes=("allinf", "normal", "ties", "inf"))
+
+
+def test_whole_chain_top_k_first_large_vocab() -> None:
+    """Sampler.sample / sample_constrained at vocabulary sizes where a chain that opens with top-k (k <= 128) runs
+    it through sampler.heapselect with the NaN check fused: the selected token and the final candidate array equal
+    the C chain's, on plain, tied, -inf-heavy and flat logits, with a grammar-like redraw now and then."""
+    rng = np.random.default_rng(23)
+    steps = 0
+    for n, k, temp, top_p in ((262_144, 40, 0.8, 0.95), (151_936, 1, 1.0, 1.0), (32_000, 128, 1.2, 0.9),
+                              (262_144, 7, 0.5, 0.5), (8_192, 40, 0.0, 0.95)):
+        p = Params(seed=int(rng.integers(0, 2**32 - 1)), top_k=k, temp=temp, top_p=top_p)
+        ours, c = Sampler(p), CChain(p, n)
+        try:
+            for i in range(6):
+                lg = random_logits(rng, n, ("normal", "ties", "ties_inf", "inf", "flat", "ties")[i])
+                if i % 3 == 2:  # as sample_constrained's redraw: the first pick refused, the mask applied
+                    banned = rng.random(n) < 0.5
+                    first = c.apply(lg).token
+                    banned[first] = True  # the "grammar" refuses the first pick
+                    tok, redrew = ours.sample_constrained(lg, lambda t, f=first: t != f, lambda b=banned: ~b)
+                    assert redrew
+                    masked = lg.copy()
+                    masked[banned] = -np.inf
+                    r = c.apply(masked)
+                else:
+                    tok, r = ours.sample(lg), c.apply(lg)
+                want = r.token
+                assert ours._topk_first == k
+                assert tok == want, (n, k, i)
+                assert ours.candidates is not None
+                same_state(ours.candidates, r, f"n={n} k={k} step {i}")  # ids in order, logit and p bits
+                ours.accept(want)
+                c.accept(want)
+                steps += 1
+        finally:
+            c.free()
+    assert steps == 30
