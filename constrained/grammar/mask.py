@@ -588,8 +588,12 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
             keys = t.shifted(unc_rows, depths)
             unc_rows = unc_rows[keys.perm]
     unc_ids = t.ids[unc_rows]
-    unc = np.zeros(t.n, dtype=bool)       # over token ids directly (a scatter of the few uncertain ones)
-    unc[unc_ids] = True
+    if len(unc_ids):                      # over token ids directly (a scatter of the few uncertain ones)
+        unc = np.zeros(t.n, dtype=bool)
+        unc[unc_ids] = True
+        unc_bits = np.packbits(unc)
+    else:
+        unc_bits = _zero_bits(t.n)
     if wholesale:                         # the wholesale-accepted rows come as bits already: pack only the rest
         for outside, _ in wholesale:
             acc &= outside
@@ -598,7 +602,22 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
             bits |= b
     else:
         bits = np.packbits(by_id(t, acc))
-    return LocalInfo(bits, unc_ids, keys, np.packbits(unc))
+    return LocalInfo(bits, unc_ids, keys, unc_bits)
+
+
+_ZERO_BITS: dict[int, np.ndarray] = {}
+
+
+def _zero_bits(n: int) -> np.ndarray:
+    """A shared read-only all-zero packed bit array over ``n`` ids."""
+    z = _ZERO_BITS.get(n)
+    if z is None:
+        z = np.zeros((n + 7) // 8, dtype=np.uint8)
+        z.setflags(write=False)
+        if len(_ZERO_BITS) >= 8:
+            _ZERO_BITS.clear()
+        _ZERO_BITS[n] = z
+    return z
 
 
 def by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
