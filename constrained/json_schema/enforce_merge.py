@@ -17,6 +17,17 @@ from .regex import (
     Unsupported,
 )
 
+_NOT_ENFORCED = {
+    "dependentSchemas": "a schema applied when a key is present: not merged (the object grammar would need a branch "
+                        "per set of present keys)",
+    "dependencies": "draft 7 dependencies: not merged (a schema or key list applied when a key is present)",
+    "unevaluatedProperties": "depends on which keys the other keywords evaluated (annotations): not enforced",
+    "unevaluatedItems": "depends on which items the other keywords evaluated (annotations): not enforced",
+    "$dynamicRef": "resolved through the dynamic scope: not followed",
+    "$recursiveRef": "resolved through the dynamic scope: not followed",
+}
+"""Keywords enforce='all' leaves out, with the reason reported."""
+
 
 class MergeMixin:
     def resolve(self, ref: str, path: str) -> Sub:
@@ -89,9 +100,8 @@ class MergeMixin:
             if kw not in HANDLED and kw not in ANNOTATIONS and not kw.startswith("x-"):
                 from .nodes import KEYWORDS
 
-                if kw in KEYWORDS or kw in ("dependentSchemas", "dependencies", "unevaluatedProperties",
-                                            "unevaluatedItems", "$dynamicRef", "$recursiveRef"):
-                    self.unenforced(p, kw, "not supported by enforce='all'")
+                if kw in KEYWORDS or kw in _NOT_ENFORCED:
+                    self.unenforced(p, kw, _NOT_ENFORCED.get(kw, "not supported by enforce='all'"))
         t = s.get("type")
         if t is not None:
             names = {t} if isinstance(t, str) else set(t) if isinstance(t, list) and all(

@@ -172,8 +172,13 @@ def number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction 
                 multiple: Fraction | None) -> list[DFA]:
     """Automata whose union is the JSON number texts within the bounds (and multiples of ``multiple``)."""
     if multiple is not None:
-        if multiple.denominator != 1 or multiple <= 0:
-            raise Unsupported(f"multipleOf {float(multiple)!r} is not a positive integer")
+        if multiple <= 0:
+            raise Unsupported(f"multipleOf {float(multiple)!r} is not positive")
+        if multiple.denominator != 1:
+            # the decimal multiples of a finite step are a regular language, but validators divide doubles:
+            # jsonschema refuses 0.07 for multipleOf 0.01 (0.07 / 0.01 = 7.000000000000001), so no grammar is both
+            raise Unsupported(f"multipleOf {float(multiple)!r} is not an integer: validators test it on doubles "
+                              f"(jsonschema refuses 0.07 for multipleOf 0.01), not on the decimal value")
         if multiple > MAX_MODULUS:
             raise Unsupported(f"multipleOf {int(multiple)} is above {MAX_MODULUS}")
     if lo is not None and lo == hi and not lo_excl and not hi_excl and multiple is None:
