@@ -279,6 +279,11 @@ def _render_jinja(t: ChatTemplates, msgs: list[dict[str, Any]], add_gen: bool, c
     if hasattr(tm, "apply_jinja_server"):
         return tm.apply_jinja_server(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation,
                                      tools=tools, chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
+    if continuation and msgs and isinstance(msgs[-1].get("content"), list):
+        # the continued message's typed text parts are joined with "\n\n" (common_chat_msg::render_content)
+        parts = msgs[-1]["content"]
+        msgs = [*msgs[:-1], {**msgs[-1], "content": "\n\n".join(
+            str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")}]
     msgs = t.prepare_messages(msgs)
     if continuation and msgs:
         last = msgs[-1]
