@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import SchemaError
 from .enforce_base import (
     ANNOTATIONS,
@@ -30,24 +32,84 @@ _NOT_ENFORCED = {
 
 
 class MergeMixin:
-    def resolve(self, ref: str, path: str) -> Sub:
+    def resolve(self, ref: str, path: str, at: Any = None) -> Sub:
+        """The target of ``$ref`` (written in the schema ``at``, found at ``path``) and its path: a JSON pointer into
+        the document, or, where the document has ``$id``s or ``$anchor``s, a URI resolved against the base of ``at``
+        (the embedded resources and anchors of this document; remote ones are not fetched)."""
+        ids = self.id_index()
+        if ids is not None and at is not None:
+            return self.resolve_uri(ref, path, at, ids)
         if ref == "#":
             return self.root, "#"
         if not ref.startswith("#/"):
             raise Unsupported(f"$ref {ref} is not a reference into this document")
-        target = self.root
-        for raw in ref[2:].split("/"):
-            seg = raw.replace("~1", "/").replace("~0", "~")
-            from urllib.parse import unquote
+        return self.pointer(self.root, "#", ref[1:], ref, path)
 
-            seg = unquote(seg)
+    def pointer(self, target: Any, base_path: str, frag: str, ref: str, path: str) -> Sub:
+        from urllib.parse import unquote
+
+        for raw in frag[1:].split("/") if frag else ():
+            seg = unquote(raw.replace("~1", "/").replace("~0", "~"))
             if isinstance(target, dict) and seg in target:
                 target = target[seg]
             elif isinstance(target, list) and seg.isdigit() and int(seg) < len(target):
                 target = target[int(seg)]
             else:
                 raise SchemaError(f"JSON schema error at {path}: cannot resolve $ref {ref}", path=path)
-        return target, ref
+        return target, base_path + frag
+
+    def id_index(self) -> tuple[dict[str, Sub], dict[int, str]] | None:
+        """URI -> (schema, path) of every resource and anchor, and each schema's base URI; None when the document
+        has no ``$id`` or ``$anchor`` (plain pointers then)."""
+        if "_ids" in self.__dict__:
+            return self._ids
+        from urllib.parse import urldefrag, urljoin
+
+        uris: dict[str, Sub] = {}
+        own: dict[int, str] = {}
+        found = False
+        stack: list[tuple[Any, str, str]] = [(self.root, "#", "")]
+        while stack:
+            node, p, base = stack.pop()
+            if isinstance(node, list):
+                stack.extend((v, f"{p}/{i}", base) for i, v in enumerate(node))
+                continue
+            if not isinstance(node, dict):
+                continue
+            if isinstance(node.get("$id"), str) and node["$id"].startswith("#") and len(node["$id"]) > 1:
+                uris.setdefault(base + node["$id"], (node, p))  # a draft 7 anchor ("$id": "#foo")
+                found = True
+            elif isinstance(node.get("$id"), str) and not (self.ref_alone and "$ref" in node):
+                base = urldefrag(urljoin(base, node["$id"]))[0]
+                found = True
+                uris.setdefault(base, (node, p))
+            if p == "#":
+                uris.setdefault(base, (node, p))
+            if isinstance(node.get("$anchor"), str):
+                uris.setdefault(f"{base}#{node['$anchor']}", (node, p))
+                found = True
+            own[id(node)] = base
+            for k, v in node.items():
+                if k not in ("const", "enum", "default", "examples"):
+                    stack.append((v, f"{p}/{k}", base))
+        self._ids = (uris, own) if found else None
+        return self._ids
+
+    def resolve_uri(self, ref: str, path: str, at: Any, ids: tuple) -> Sub:
+        from urllib.parse import urldefrag, urljoin
+
+        uris, own = ids
+        base = own.get(id(at), "")
+        # a fragment-only reference stays in the base resource (urljoin ignores bases such as urn:uuid:...)
+        uri, frag = urldefrag(base + ref if ref.startswith("#") else urljoin(base, ref))
+        if frag and not frag.startswith("/"):
+            if f"{uri}#{frag}" in uris:
+                return uris[f"{uri}#{frag}"]
+            raise Unsupported(f"$ref {ref}: no $anchor {frag} in this document")
+        if uri not in uris:
+            raise Unsupported(f"$ref {ref} is not a resource of this document (remote references are not fetched)")
+        doc, doc_path = uris[uri]
+        return self.pointer(doc, doc_path, frag, ref, path)
 
     def flatten(self, subs: list[Sub]) -> list[Sub]:
         """The conjunction: allOf members and $ref targets inlined (each schema once)."""
@@ -61,7 +123,7 @@ class MergeMixin:
             seen.add(id(s))
             if isinstance(s, dict) and self.ref_alone and isinstance(s.get("$ref"), str):
                 try:
-                    stack.append(self.resolve(s["$ref"], p))
+                    stack.append(self.resolve(s["$ref"], p, s))
                 except Unsupported as e:
                     self.unenforced(p, "$ref", str(e))
                 continue
@@ -71,7 +133,7 @@ class MergeMixin:
             more: list[Sub] = []
             if "$ref" in s and isinstance(s["$ref"], str):
                 try:
-                    more.append(self.resolve(s["$ref"], p))
+                    more.append(self.resolve(s["$ref"], p, s))
                 except Unsupported as e:
                     self.unenforced(p, "$ref", str(e))
             if isinstance(s.get("allOf"), list):
