@@ -162,3 +162,67 @@ def test_sq_dev_sum_matches_the_c_loop_on_edges() -> None:
             assert a.view(np.uint32) == b.view(np.uint32) or (np.isnan(a) and np.isnan(b)), (n, kind, sc)
             n_cases += 1
     assert n_cases == 90
+
+
+def _bulk_cases(rng: np.random.Generator):
+    """Terms (float32 deviations) aimed at the bulk block sums of ``sampler.nsigma._running_sum``."""
+    x = (rng.standard_normal(N) * 2.5).astype(np.float32)
+    yield "plain", x
+    yield "exact-squares", (np.round(x * 64) / 64).astype(np.float32)  # d*d exact: ties of the running sum
+    yield "few-bits", (np.round(x * 8) / 8).astype(np.float32)
+    yield "all-equal", np.full(N, 0.75, np.float32)
+    yield "ascending-wide", np.sort(np.abs(x) * np.exp2(rng.integers(-30, 30, N))).astype(np.float32)
+    yield "ascending", np.sort(np.abs(x)).astype(np.float32)
+    yield "descending", np.sort(np.abs(x))[::-1].astype(np.float32)
+    y = x.copy()
+    y[rng.integers(0, N, 300)] *= np.float32(300.0)  # outliers: specials that split the segments
+    yield "outliers", y
+    y = x.copy()
+    y[::1000] = np.float32(0.0)
+    y[5:70000] *= np.float32(1e-3)  # a long stretch that barely moves the sum, then a jump
+    yield "plateau", y
+    yield "sign-changes", (np.where(np.arange(N) % 2, 1, -1) * (1 + rng.random(N) * 2.0 ** -10)).astype(np.float32)
+    # sums that sit just below a power of two for long: terms of 2^-22 after a start at 1 - 2^-10
+    y = np.full(N, 2.0 ** -11, np.float32)
+    y[0] = np.float32(np.sqrt(1 - 2.0 ** -10))
+    yield "just-below-2^k", y
+    yield "tiny", (x * np.float32(1e-18)).astype(np.float32)
+    yield "huge", (x * np.float32(1e17)).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", [3])
+def test_bulk_block_sums_match_the_c_loop(seed: int) -> None:
+    """The blocked running sum (one binade per block, fixed-grid rounding, tie blocks left to the cumsum) against
+    the element-by-element C loop at 262,144 terms; and it really takes the bulk path on ordinary terms (the
+    running sums are then written only at block ends)."""
+    from sampler import nsigma
+
+    rng = np.random.default_rng(seed)
+    for name, d in _bulk_cases(rng):
+        with np.errstate(all="ignore"):
+            got, want = sq_dev_sum(d.copy()), sq_dev_sum_loop(d)
+        assert got.view(np.uint32) == want.view(np.uint32), name
+    x = rng.random(N).astype(np.float32)
+    ref = np.cumsum(x, dtype=np.float32)
+    xb = x.copy()
+    acc = nsigma._running_sum(xb, 0, N, np.float32(0.0), 256, xb[256:].reshape(-1, 256).sum(axis=1),
+                              np.zeros(0, np.intp))
+    assert acc.view(np.uint32) == ref[-1].view(np.uint32)
+    ends = np.arange(256 + 255, N, 256)
+    assert np.array_equal(xb[ends].view(np.uint32), ref[ends].view(np.uint32))
+    assert np.count_nonzero(xb != ref) > N // 2  # interiors untouched: the bulk path ran
+
+
+def test_bulk_block_sums_need_the_tie_list() -> None:
+    """Exact half-grid terms make the fixed-grid shortcut wrong without the parity of the running sum: with the tie
+    list dropped the bulk sum differs from the loop (so the tie list is what keeps it exact)."""
+    from sampler import nsigma
+
+    rng = np.random.default_rng(11)
+    x = (np.round(rng.random(N) * 2 ** 10) * 2.0 ** -12).astype(np.float32)  # many odd multiples of q/2
+    ref = np.cumsum(x, dtype=np.float32)[-1]
+    bs = x[256:].reshape(-1, 256).sum(axis=1)
+    ok = nsigma._running_sum(x.copy(), 0, N, np.float32(0.0), 256, bs, np.arange(N))
+    bad = nsigma._running_sum(x.copy(), 0, N, np.float32(0.0), 256, bs, np.zeros(0, np.intp))
+    assert ok.view(np.uint32) == ref.view(np.uint32)
+    assert bad.view(np.uint32) != ref.view(np.uint32)
