@@ -149,6 +149,8 @@ HAND = [
     {"not": {"type": ["string", "null"]}},
     {"oneOf": [{"type": "string", "format": "ipv4"}, {"type": "integer", "minimum": 0}]},
     {"type": "object", "properties": {"a": {}, "b": {}}, "dependentRequired": {"a": ["b"]}},
+    {"if": {"const": "a"}, "then": {"type": "string", "maxLength": 1}, "else": {"type": "integer", "maximum": 9}},
+    {"type": "array", "items": {"if": {"enum": [1, 2, "x"]}, "then": {"minimum": 2}, "else": {"type": "boolean"}}},
 ]
 
 

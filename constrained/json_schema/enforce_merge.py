@@ -14,6 +14,7 @@ from .enforce_base import (
     _frac,
     _json_equal,
     _Merged,
+    _negatable,
 )
 from .regex import (
     Unsupported,
@@ -230,8 +231,14 @@ class MergeMixin:
                     ({"allOf": [no, s.get("else", True)]}, f"{p}/else")]
             m.anyofs.append((then, "if", p))
             return
+        if isinstance(cond, dict) and set(cond) - ANNOTATIONS in ({"const"}, {"enum"}) and _negatable(cond):
+            # scalar values: (if and then) or (not if and else), the negation as a not of those values
+            then = [({"allOf": [cond, s.get("then", True)]}, f"{p}/then"),
+                    ({"allOf": [{"not": cond}, s.get("else", True)]}, f"{p}/else")]
+            m.anyofs.append((then, "if", p))
+            return
         if "then" in s or "else" in s:
-            self.unenforced(p, "if", "if/then/else is enforced only when 'if' names types")
+            self.unenforced(p, "if", "if/then/else is enforced only when 'if' names types or scalar values")
 
     def merge_number(self, m: _Merged, s: dict, p: str) -> None:
         for kw, lower, excl in (("minimum", True, False), ("exclusiveMinimum", True, True),
