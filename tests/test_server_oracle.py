@@ -155,6 +155,9 @@ COMMON: list[tuple[str, str, str, object]] = [
     ("rerank-not-supported", "POST", "/v1/rerank", {"query": "a", "documents": ["b"]}),
     ("slot-save-not-supported", "POST", "/slots/0?action=save", {"filename": "x.bin"}),
     ("infill-not-supported", "POST", "/infill", {"input_prefix": "def f(", "input_suffix": "):"}),
+    ("lora-adapters", "GET", "/lora-adapters", None),
+    ("lora-adapters-set", "POST", "/lora-adapters", [{"id": 0, "scale": 0.5}]),
+    ("bad-lora-adapters-set", "POST", "/lora-adapters", {"id": 0}),
     ("tools-disabled", "POST", "/tools", {}),
     ("slots", "GET", "/slots", None),
 ]

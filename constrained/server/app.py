@@ -470,10 +470,9 @@ def build_app(state: ServerState) -> Starlette:
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
                            chat_template_kwargs=cfg.chat_template_kwargs)
-        from .chat_api import ResponseFormatParser
+        from .chat_api import parser_for
 
-        return await run_completion(request, body, "chat",
-                                    ResponseFormatParser if body.get("_response_format") else None)
+        return await run_completion(request, body, "chat", parser_for(body))
 
     async def chat_input_tokens(request: Request) -> Response:
         # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
@@ -504,6 +503,15 @@ def build_app(state: ServerState) -> Starlette:
             err += "middle token is missing. "
         raise HttpError(f"Infill is not supported by this model: {err}" if err else
                         "Infill is not supported by constrained serve", "not_supported_error")
+
+    async def lora_adapters(request: Request) -> Response:
+        # no LoRA adapters are loaded (--lora is refused): GET lists none, POST sets the scales of none
+        if request.method == "GET":
+            return _resp([])
+        data = await _body(request)
+        if not isinstance(data, list):
+            raise HttpError("Request body must be an array", "invalid_request_error")
+        return _resp({"success": True})
 
     async def feature_disabled(request: Request) -> Response:
         # server.cpp res_403: /cors-proxy and /tools without --ui-mcp-proxy / --tools
@@ -543,6 +551,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/slots/{id_slot}", wrap(not_supported(
             "This server does not support slots action. Start it with `--slot-save-path`")), methods=["POST"]),
         Route("/infill", wrap(infill), methods=["POST"]),
+        Route("/lora-adapters", wrap(lora_adapters), methods=["GET", "POST"]),
         Route("/cors-proxy", wrap(feature_disabled), methods=["GET", "POST"]),
         Route("/tools", wrap(feature_disabled), methods=["GET", "POST"]),
     ]
