@@ -19,7 +19,7 @@ import numpy as np
 from . import mathf, stdalgo
 from .candidates import Candidates, bucket_partial_sort
 from .dist import fsum_seq, rng_seed, scan_max, softmax
-from .nsigma import sq_dev_sum
+from .nsigma import grid_sum, sq_dev_sum
 from .rng import Mt19937, uniform_real_float
 
 _F32 = np.float32
@@ -210,7 +210,8 @@ class TopNSigma(_Stateless):
             vals = lg[lg != -np.inf]
         mx = scan_max(lg[0], vals)
         cnt = vals.size
-        mean = _F32(fsum_seq(vals) / _F32(cnt)) if cnt else _F32(0)
+        total = grid_sum(vals) if cnt > 4096 else None  # exact without the sequential loop when no add rounds
+        mean = _F32((fsum_seq(vals) if total is None else total) / _F32(cnt)) if cnt else _F32(0)
         # acc is a float; each term is pow(l - mean, 2) in double, added in double and rounded back to float
         with np.errstate(invalid="ignore", over="ignore"):
             d = vals - mean

@@ -226,3 +226,55 @@ def test_bulk_block_sums_need_the_tie_list() -> None:
     bad = nsigma._running_sum(x.copy(), 0, N, np.float32(0.0), 256, bs, np.zeros(0, np.intp))
     assert ok.view(np.uint32) == ref.view(np.uint32)
     assert bad.view(np.uint32) != ref.view(np.uint32)
+
+
+def test_grid_sum_is_the_sequential_float_sum() -> None:
+    """The no-rounding shortcut of top-n-σ's logit sum against the sequential float32 loop (numpy's accumulate):
+    identical whenever it answers, and it answers on quantised (tied) logits at 262,144 tokens."""
+    from sampler.dist import fsum_seq
+    from sampler.nsigma import grid_sum
+
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal(N) * 2.5).astype(np.float32)
+    answered = 0
+    cases = [np.round(x * 2) / 2, np.round(x), np.round(x * 1024) / 1024, np.round(x * 4096) / 4096, x,
+             np.full(N, 0.5), np.where(np.arange(N) % 2, 3.0, -3.0), np.zeros(N), np.round(x * 2) / 2 * 2.0 ** -90,
+             np.round(x * 2) / 2 * 2.0 ** 100, np.round(x * 2) / 2 * 2.0 ** 110]
+    for k in (2 ** 24 // N, 2 ** 24 // N + 1):  # sum |x| just below / above 2^24 grid steps (all-positive: rounds)
+        cases.append(np.full(N, float(k)))
+    y = np.round(x * 2) / 2
+    y[1000] = 0.25 + 2.0 ** -20  # one off-grid value after the sample of the first elements
+    cases.append(y)
+    y = np.round(x * 2) / 2
+    y[100] = np.nan
+    cases.append(y)
+    for v in cases:
+        v = np.asarray(v, np.float32)
+        with np.errstate(all="ignore"):
+            got, want = grid_sum(v), fsum_seq(v)
+        if got is not None:
+            assert got.view(np.uint32) == want.view(np.uint32)
+            answered += 1
+    assert answered >= 6
+
+
+def test_grid_sum_underflow_and_binade_edges() -> None:
+    """grid_sum's grid test where x * 2^-e underflows (coarse grid, a tiny off-grid value) and at power-of-two
+    bounds, against the sequential loop."""
+    from sampler.dist import fsum_seq
+    from sampler.nsigma import grid_sum
+
+    base = np.zeros(8192, np.float32)
+    base[::2] = 2.0 ** 20
+    for tiny in (2.0 ** -140, 2.0 ** -149, 2.0 ** -20, 0.0):
+        v = base.copy()
+        v[4001] = tiny
+        got, want = grid_sum(v), fsum_seq(v)
+        assert got is None or got.view(np.uint32) == want.view(np.uint32), tiny
+        assert (got is None) == (tiny != 0.0)
+    for top in (1.0, 2.0 ** 5, 2.0 ** 11, 3.0 * 2 ** 10):
+        v = np.full(4096, top, np.float32)
+        v[1::2] *= -1
+        v[-1] = top
+        got = grid_sum(v)
+        assert got is not None and got.view(np.uint32) == fsum_seq(v).view(np.uint32)
