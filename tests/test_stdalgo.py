@@ -256,3 +256,20 @@ def test_heapselect_top_k_large(oracle):
     for (_, keys, k), w in zip(cases, want, strict=True):
         assert np.array_equal(top_k(keys, k), w[:k]), (len(keys), k)
     assert len(cases) == 42
+
+
+def test_tie_order_depends_on_the_other_keys(oracle):
+    # why mirostat's full sort cannot be an argsort plus a re-emulation of the equal-key runs from their positions:
+    # with the tied keys at the same five positions, libstdc++'s std::sort leaves them in different orders depending
+    # on the values of the other keys (introsort's partitions move them); ours follows it in every case
+    rs = np.random.default_rng(1)
+    pos = [3, 17, 25, 90, 150]
+    cases = []
+    for _ in range(40):
+        k = rs.normal(size=200).astype(np.float32)
+        k[pos] = 0.0
+        cases.append((SORT_D, k, 0))
+    want = oracle(cases)
+    orders = {tuple(int(i) for i in w if i in pos) for w in want}
+    assert len(orders) > 10
+    assert _check(oracle, cases) == len(cases)
