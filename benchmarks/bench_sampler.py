@@ -2,9 +2,10 @@
 """llama-server's sampler chains, stage by stage: our Sampler vs llama.cpp's C samplers, interleaved in one run.
 
 For 32,000 and 262,144 logits, plain (normal, sd 2.5) and tied (the same rounded to 0.5, as quantised models give),
-and for the chains ``default`` (llama-server's), ``all-on`` (penalties, DRY with a 1,024-token window, top-n-sigma,
-top-k, typical, top-p, min-p, XTC at probability 1, dynamic temperature), ``mirostat1``, ``mirostat2`` and
-``adaptive-p``, each step times, back to back on the same logits:
+and for the chains ``default`` (llama-server's), ``nsigma`` (the default chain plus ``top_n_sigma: 1.0``),
+``all-on`` (penalties, DRY with a 1,024-token window, top-n-sigma, top-k, typical, top-p, min-p, XTC at probability
+1, dynamic temperature), ``mirostat1``, ``mirostat2`` and ``adaptive-p``, each step times, back to back on the same
+logits:
 
 * the whole chain: C ``llama_sampler_apply`` on a filled candidate buffer vs our ``Sampler.sample(logits)`` (the
   whole call: validation, candidate array, chain), and checks that both select the same token;
@@ -43,6 +44,7 @@ CHAINS = {
     "all-on": Params(seed=1234, penalty_repeat=1.1, penalty_freq=0.1, penalty_present=0.1, penalty_last_n=256,
                      dry_multiplier=0.8, dry_penalty_last_n=1024, dry_sequence_breakers=(), top_n_sigma=2.0,
                      typ_p=0.95, xtc_probability=1.0, xtc_threshold=0.01, dynatemp_range=0.3),
+    "nsigma": Params(seed=1234, top_n_sigma=1.0),  # the default chain plus top-n-sigma (issue 17's case)
     "mirostat1": Params(seed=1234, mirostat=1),
     "mirostat2": Params(seed=1234, mirostat=2),
     "adaptive-p": Params(seed=1234, adaptive_target=0.5,

@@ -107,6 +107,10 @@ def top_k(keys: np.ndarray, k: int, nan_check: bool = False) -> np.ndarray | Non
     r = min(m, (4 * k * m) // n + 2)
     part = np.partition(sample, m - r)
     t = part[m - r]  # the r-th largest of the sample (NaN sorts last: t is NaN only if the sample holds NaN)
+    if t == -np.inf:  # mostly -inf (after top-n-sigma, say): a -inf is never > the top, so never enters the heap
+        if nan_check and np.isnan(keys.max()):
+            return None
+        return top_sparse(keys, k, k, np.flatnonzero(keys[k:] > t) + k)  # (a NaN never enters either)
     if t != t:
         if nan_check:
             return None

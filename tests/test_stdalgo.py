@@ -273,3 +273,27 @@ def test_tie_order_depends_on_the_other_keys(oracle):
     orders = {tuple(int(i) for i in w if i in pos) for w in want}
     assert len(orders) > 10
     assert _check(oracle, cases) == len(cases)
+
+
+def test_heapselect_top_k_mostly_minus_inf(oracle):
+    # top-k after top-n-sigma: nearly every key -inf (a -inf never enters partial_sort's heap); fewer finite keys
+    # than k, a few more, ties among them and with the -inf heap entries, finite keys inside the first k, a NaN
+    from sampler.heapselect import top_k
+    rs = np.random.default_rng(23)
+    cases = []
+    for n_fin in (0, 1, 7, 27, 39, 40, 41, 60, 300):
+        for k in (1, 40, 256):
+            keys = np.full(262_144, -np.inf, np.float32)
+            at = rs.choice(262_144, n_fin, replace=False)
+            if n_fin > 3:
+                at[:3] = [0, 5, 39]  # inside the initial heap
+            keys[at] = np.round(rs.standard_normal(n_fin) * 2) / 2
+            cases.append((PSORT_D, keys, k))
+    want = oracle(cases)
+    for (_, keys, k), w in zip(cases, want, strict=True):
+        assert np.array_equal(top_k(keys, k), w[:k]), (np.isfinite(keys).sum(), k)
+        assert np.array_equal(top_k(keys, k, nan_check=True), w[:k])
+    keys = cases[10][1].copy()
+    keys[200_000] = np.nan
+    assert top_k(keys, 40, nan_check=True) is None
+    assert len(cases) == 27
