@@ -95,6 +95,10 @@ TEMPLATE_CASES: dict[str, dict] = {
                              {"role": "assistant", "content": "Whill"}]},
     "no-generation-prompt": {"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": False},
     # typed content parts (test_chat_completion's user_prompt with two text parts), normalised per template caps
+    # an assistant prefill given as typed parts (test_chat_template_assistant_prefill's second case)
+    "prefill-typed": {"messages": [{"role": "user", "content": "What is the best book"},
+                                   {"role": "assistant", "content": [{"type": "text", "text": "Wh"},
+                                                                     {"type": "text", "text": "ill"}]}]},
     "typed-content": {"messages": [{"role": "system", "content": "Book"},
                                    {"role": "user", "content": [{"type": "text", "text": "What is"},
                                                                 {"type": "text", "text": "the best book"}]}]},

@@ -41,7 +41,7 @@ _WHY_THINKING = ("enable_thinking: llama-server enables it only when its autopar
 _WHY_REASONING_HISTORY = ("past assistant turns: llama-server renders them with the reasoning fields its autoparser "
                           "adds; not ported")
 KNOWN: dict[tuple[str, str], str] = {
-    **{(f"{n}.jinja", "prefill"): _WHY_PREFILL for n in _PREFILL},
+    **{(f"{n}.jinja", c): _WHY_PREFILL for n in _PREFILL for c in ("prefill", "prefill-typed")},
     **{("Apertus-8B-Instruct.jinja", c): _WHY_THINKING for c in ("user", "multi-turn", "no-generation-prompt",
                                                                   "typed-content")},
     ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "multi-turn"): _WHY_REASONING_HISTORY,
