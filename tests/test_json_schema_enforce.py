@@ -15,7 +15,7 @@ import random
 
 import jsonschema
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, example, given, settings
 
 from constrained import Grammar
 from constrained.errors import SchemaError
@@ -127,6 +127,8 @@ def _check_sound(schema: object, enforce: str, n: int) -> int:
 @settings(max_examples=250, deadline=None, database=None, derandomize=True, phases=[Phase.explicit, Phase.generate],
           suppress_health_check=list(HealthCheck))
 @given(schemas(broken=False))
+# the failure seen once (drawn only in some runs): "{,3}" is text in ECMA-262, a repetition in Python's re
+@example({"type": "object", "properties": {"é": {"type": "string", "pattern": "^a{2,}b{,3}$"}}, "required": ["é"]})
 def test_report_is_sound_in_both_modes(schema) -> None:  # noqa: ANN001
     for enforce in ("llama.cpp", "all"):
         COUNTS[f"documents {enforce}"] = COUNTS.get(f"documents {enforce}", 0) + _check_sound(schema, enforce, 90)

@@ -2,7 +2,7 @@
 
 llama.cpp's converter (``converter.py``) is kept text for text; this module is the other mode. A schema is read as
 a conjunction: ``allOf`` members, ``$ref`` targets (with their siblings, as in 2020-12) and ``if``/``then``/``else``
-where ``if`` only names types are merged into one set of constraints (``_Merged``), then one grammar branch is built
+where ``if`` names types (or scalar values: split into two branches) are merged into one set of constraints (``_Merged``), then one grammar branch is built
 per JSON type it admits:
 
 - numbers: bounds of any kind on integers and decimals, integer ``multipleOf`` (``numbers.py``);

@@ -200,6 +200,13 @@ class _Parser:
         while k < len(s) and s[k].isdigit() and s[k].isascii():
             k += 1
         if k == j:
+            m = k + 1
+            while m < len(s) and s[m].isdigit() and s[m].isascii():
+                m += 1
+            if k < len(s) and s[k] == "," and m < len(s) and s[m] == "}":
+                # "{,3}" is text in ECMA-262 but a quantifier {0,3} in Python's re, which jsonschema uses
+                raise Unsupported(f"{s[self.i:m + 1]} is text in ECMA-262 but a repetition in Python's re "
+                                  "(jsonschema): validators disagree")
             return None
         lo = int(s[j:k])
         if k < len(s) and s[k] == "}":
