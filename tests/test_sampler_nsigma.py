@@ -193,8 +193,8 @@ def _bulk_cases(rng: np.random.Generator):
 @pytest.mark.parametrize("seed", [3])
 def test_bulk_block_sums_match_the_c_loop(seed: int) -> None:
     """The blocked running sum (one binade per block, fixed-grid rounding, tie blocks left to the cumsum) against
-    the element-by-element C loop at 262,144 terms; and it really takes the bulk path on ordinary terms (the
-    running sums are then written only at block ends)."""
+    the element-by-element C loop at 262,144 terms, and the same arrays as logits through llama.cpp's top-n-σ; and
+    it really takes the bulk path on ordinary terms (the running sums are then written only at block ends)."""
     from sampler import nsigma
 
     rng = np.random.default_rng(seed)
@@ -202,6 +202,8 @@ def test_bulk_block_sums_match_the_c_loop(seed: int) -> None:
         with np.errstate(all="ignore"):
             got, want = sq_dev_sum(d.copy()), sq_dev_sum_loop(d)
         assert got.view(np.uint32) == want.view(np.uint32), name
+        for lg in (d, d + np.float32(0.25)):  # as logits through llama.cpp's own sampler (raw and on the 0.25 grid)
+            assert np.array_equal(_c_apply(1.0, lg).view(np.uint32), _ours(1.0, lg).view(np.uint32)), name
     x = rng.random(N).astype(np.float32)
     ref = np.cumsum(x, dtype=np.float32)
     xb = x.copy()
