@@ -279,6 +279,9 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
     rem_t, val_t = t.rem[k0:], t.val[k0:]
     none_left = rem_t == 0
     types, values, bottom = g.types, g.values, g.bottom
+    # trie ranges for a few stacks (a position's walk); many stacks (a wide alternative walked directly) share the
+    # pruning of the row walk instead: rows accepted by one stack are not looked at by the next
+    ranges = t.lex is not None and t.n >= RANGE_MIN_ROWS and len(stacks) <= RANGE_MAX_STACKS
     for s in stacks:
         work.spend(VISIT_COST)
         if not s:      # an empty stack rejects every candidate with something left
@@ -311,8 +314,8 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
             work.looped += k0 - len(matched)
             work.spend(n // 64)
         else:
-            cps = _single_cps(g, top) if t.lex is not None else None
-            if cps is not None and t.n >= RANGE_MIN_ROWS:     # the first code point's rows, as trie ranges
+            cps = _single_cps(g, top) if ranges else None
+            if cps is not None:           # the first code point's rows, as trie ranges
                 work.rows += n - k0
                 work.visits += 1
                 nxt = g.next_stacks(s)
@@ -337,6 +340,9 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
 
 RANGE_MIN_ROWS = 512
 """Trie ranges smaller than this are walked row by row (binary searches cost more than they save)."""
+
+RANGE_MAX_STACKS = 16
+"""Walks of more stacks than this do not use trie ranges (an enum of 2,000 strings: 6x slower with them)."""
 
 
 def _single_cps(g: GrammarRules, p: int) -> tuple[int, ...] | None:
