@@ -81,7 +81,7 @@ FORMATS: dict[str, ToolFormat] = {
         ToolFormat("hermes", per_call_start="<tool_call>\n", per_call_end="</tool_call>",
                    generation_prompt="<|im_start|>assistant\n", until_base=109, until_per_tool=52,
                    templates=("Qwen-Qwen2.5-7B-Instruct.jinja", "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use.jinja",
-                              "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja")),
+                              "NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", "MiMo-VL.jinja")),
         ToolFormat("qwen3", per_call_start="<tool_call>\n", per_call_end="</tool_call>",
                    reasoning=("<think>\n", "\n</think>\n\n"), reasoning_until_id=13, generation_prompt="<|im_start|>assistant\n",
                    until_base=131, until_per_tool=52, templates=("Qwen-Qwen3-0.6B.jinja",)),
@@ -103,7 +103,11 @@ def format_for_template(source: str | None) -> ToolFormat | None:
     if not src or "tools" not in src:
         return None
     if "<tool_call>" in src and "<|im_start|>" in src and "<function=" not in src:   # ChatML + JSON blocks
-        return FORMATS["qwen3"] if "<think>" in src else FORMATS["hermes"]
+        if "<think>" not in src:
+            return FORMATS["hermes"]
+        # a generation prompt that opens the thinking block (QwQ, Bielik) changes the parser: not reproduced
+        forced = "assistant\\n<think>" in src or "{{- '<think>\\n' }}" in src
+        return None if forced else FORMATS["qwen3"]
     if ('Respond in the format {"name": function name' in src and "Do not use variables." in src
             and "<|start_header_id|>" in src):
         return FORMATS["llama3"]          # the autoparser's openai_wrapper_trigger workaround (chat-diff-analyzer.cpp)

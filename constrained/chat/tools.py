@@ -1,18 +1,21 @@
 """Tool calls: from OpenAI-style ``tools`` / ``tool_choice`` to a grammar, its triggers, and a parser for the reply.
 
-Two formats so far:
+The formats (``tool_call_setup_for_template`` picks one by the chat template, as llama-server dispatches):
 
-- ``hermes`` (Qwen 2.5, Qwen 3 JSON, Hermes 2 Pro / 3: templates that render ``<tool_call>`` blocks): one
-  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` block per call. With ``tool_choice: "auto"``
-  the grammar, its laziness and its WORD trigger ``<tool_call>\\n`` are llama-server's own, rule for rule
-  (``chat-auto-parser-generator.cpp``, ``build_tool_parser_json_native``; ``tests/test_tools_server.py`` compares the
-  text with the real llama-server's ``__verbose``).
-- ``generic`` (ours, for templates that cannot render tools: ChatML, which the default model gets, and Gemma 3):
-  the tools are described in a system message and the calls use the same ``<tool_call>`` blocks under a lazy
-  grammar. llama-server silently drops the tools there.
+- llama-server's JSON formats, reproduced (:mod:`constrained.chat.tool_formats`: the data; ``tool_grammar``: the
+  grammar text, rule for rule; ``tool_parse``: the reply): ``hermes`` (Qwen 2.5, Hermes 2 Pro / 3: a
+  ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` block per call), ``qwen3`` (the same, with
+  ``<think>`` reasoning), ``llama3`` (Llama 3.1 / 3.2 / 3.3: a bare ``{"name": ..., "parameters": {...}}``),
+  ``mistral_nemo`` (``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``).
+  ``tests/test_tools_server.py`` compares grammars, triggers, prompts and parses with the real llama-server.
+- ``generic`` (ours, for every other template: those that cannot render tools, ChatML, which the default model
+  gets, and Gemma 3, and those whose llama-server format is not reproduced): the tools are described in a system
+  message and the calls use ``<tool_call>`` blocks under a lazy grammar. llama-server silently drops the tools of
+  the former.
 
 Deliberate differences from llama-server (CHANGELOG "Deviations"): ``tool_choice: "required"`` is an eager grammar
-whose reply *is* tool calls (llama-server lets free text come first); a named ``tool_choice`` is honoured (only that
+whose reply *is* tool calls (llama-server lets free text come first; ``llama_server_compat=True`` gives its
+setups for ``required`` and named choices); a named ``tool_choice`` is honoured (only that
 tool; llama-server treats it as ``"auto"``); ``parallel_tool_calls: false`` means one call (llama-server still
 accepts several blocks); a reply that does not parse comes back as content with ``parse_error`` set, never an
 error; every call's arguments are validated against its tool's schema (``ToolCall.issues``).
