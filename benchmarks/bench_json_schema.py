@@ -28,7 +28,7 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 from constrained.errors import ConstrainedError  # noqa: E402
 from constrained.json_schema import _gbnf, convert_json_schema, regex  # noqa: E402
 from tests.json_schema_cases import upstream_cases  # noqa: E402
-from tests.json_schema_suite import SUITE  # noqa: E402
+from tests.json_schema_suite import all_schemas  # noqa: E402
 from tests.json_schema_table import TABLE  # noqa: E402
 from tests.oracle.schema import oracle_convert  # noqa: E402
 
@@ -47,13 +47,7 @@ def _big_schema(n: int) -> dict:
 def corpus() -> list[str]:
     texts = [t if isinstance(t, str) else json.dumps(t, ensure_ascii=False) for t in TABLE]
     texts += [c.schema for c in upstream_cases()]
-    for draft in ("draft2020-12", "draft7"):
-        for path in sorted((SUITE / draft).rglob("*.json")):
-            try:
-                groups = json.loads(path.read_text())
-            except ValueError:
-                continue
-            texts += [json.dumps(g["schema"]) for g in groups if isinstance(g, dict) and "schema" in g]
+    texts += [json.dumps(s) for s in all_schemas()]
     texts += [json.dumps(_big_schema(10)), json.dumps(_big_schema(200)),
               json.dumps({"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(300)}})]
     return texts

@@ -12,7 +12,6 @@ the same schemas' llama.cpp grammars with documents drawn from them.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import statistics
@@ -27,16 +26,9 @@ def corpus(n: int) -> list:
     from hypothesis import HealthCheck, given, settings
 
     from tests.json_schema_strategies import schemas
-    from tests.json_schema_suite import SUITE
+    from tests.json_schema_suite import all_schemas
 
-    out: list = []
-    for draft in ("draft2020-12", "draft7"):
-        for path in sorted((SUITE / draft).rglob("*.json")):
-            try:
-                groups = json.loads(path.read_text())
-            except ValueError:
-                continue
-            out += [g["schema"] for g in groups if isinstance(g, dict) and "schema" in g]
+    out: list = all_schemas()
 
     @settings(max_examples=max(1, n - len(out)), deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))

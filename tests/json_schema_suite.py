@@ -91,6 +91,19 @@ def suite_files(draft: str) -> list[Path]:
     return files
 
 
+def all_schemas(drafts: tuple[str, ...] = ("draft2020-12", "draft7")) -> list[Any]:
+    """Every test group's schema of every file of these drafts (optional files included), in file order."""
+    out: list[Any] = []
+    for draft in drafts:
+        for path in sorted((SUITE / draft).rglob("*.json")):
+            try:
+                groups = json.loads(path.read_text())
+            except ValueError:
+                continue
+            out += [g["schema"] for g in groups if isinstance(g, dict) and "schema" in g]
+    return out
+
+
 def run_suite(vocab: Any, drafts: tuple[str, ...] = ("draft2020-12", "draft7")) -> SuiteResult:
     from constrained import Grammar
     from constrained.errors import ConstrainedError

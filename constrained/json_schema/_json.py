@@ -67,6 +67,23 @@ def is_number(value: Any) -> bool:
     return is_integer(value) or isinstance(value, float)
 
 
+def value_type(v: Any, fraction: str = "number") -> str:
+    """The JSON type of a value, an integer-valued float counting as "integer" (``fraction`` names the others).
+
+    >>> value_type(2.0), value_type(2.5), value_type(2.5, "fraction"), value_type([])
+    ('integer', 'number', 'fraction', 'array')
+    """
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
+        return "integer"
+    if isinstance(v, float):
+        return fraction
+    return "string" if isinstance(v, str) else "array" if isinstance(v, list) else "object"
+
+
 def _parse_int(text: str) -> int | float:
     value = int(text)
     return value if INT64_MIN <= value <= UINT64_MAX else _parse_float(text)

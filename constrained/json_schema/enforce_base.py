@@ -9,6 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import SchemaError
+from ._json import value_type
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 MAX_BRANCHES = 64
@@ -106,15 +107,7 @@ def _no_constraints(m: _Merged) -> bool:
 
 
 def _type_of(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
-        return "integer"
-    if isinstance(v, float):
-        return "number"
-    return "string" if isinstance(v, str) else "array" if isinstance(v, list) else "object"
+    return value_type(v)
 
 
 def _literal(v: Any) -> str:

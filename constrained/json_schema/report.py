@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import nodes as N
-from ._json import INT64_MAX, INT64_MIN, u, wrap_int
+from ._json import INT64_MAX, INT64_MIN, u, value_type, wrap_int
 from .converter import Converter
 
 
@@ -338,16 +338,7 @@ def _grammar_types(n: N.Node | None, depth: int = 0) -> frozenset[str]:
     if n.kind in simple:
         return frozenset(simple[n.kind])
     if n.kind in (N.CONST, N.ENUM):
-        def t(v: Any) -> str:
-            if v is None:
-                return "null"
-            if isinstance(v, bool):
-                return "boolean"
-            if isinstance(v, int) or (isinstance(v, float) and v.is_integer()):
-                return "integer"
-            return ("fraction" if isinstance(v, float) else "string" if isinstance(v, str) else "array"
-                    if isinstance(v, list) else "object")
-        return frozenset(t(v) for v in n.values)
+        return frozenset(value_type(v, "fraction") for v in n.values)
     if n.kind == N.ANY_OF:
         return frozenset().union(*(_grammar_types(c, depth + 1) for c in n.children))
     return _JSON_TYPES
