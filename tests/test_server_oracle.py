@@ -273,7 +273,7 @@ def _overflow_rounds(srv: LlamaServer) -> list:
     for vals in ([80, 40, 80, 80], [70, 70, 70, 70]):      # llama-server's test_completion_unified
         res: list = [None] * len(vals)
 
-        def go(i: int, n: int) -> None:
+        def go(i: int, n: int, res: list = res) -> None:
             s, _, p = raw(srv, "POST", "/completion", {"prompt": "A", "n_predict": n, "temperature": 0})
             d = json.loads(p)
             res[i] = (s, d["error"]["message"] if s != 200 else d["timings"]["predicted_n"])
