@@ -50,6 +50,15 @@ def _our_grammar(body: dict) -> str:
     return plan_tools(body, ChatTemplates(Path(template_path()).read_text())).params()["grammar"]
 
 
+def _delimiters(body: dict) -> list:
+    from pathlib import Path
+
+    from constrained.chat import ChatTemplates
+    from constrained.server.chat_api import chat_params
+
+    return chat_params(dict(body), ChatTemplates(Path(template_path()).read_text()), jinja=True)["message_delimiters"]
+
+
 @pytest.fixture(scope="module", params=["gemma3-270m", "smollm2-135m"])
 def runs(request, default_model_path):
     path = default_model_path if request.param == "gemma3-270m" else smollm2_model_path()
@@ -61,11 +70,13 @@ def runs(request, default_model_path):
             if b["tool_choice"] != "required" or b.get("llama_server_compat"):
                 continue
             # required (ours): llama-server's /completion with the same prompt and our grammar (not prefilled)
+            # the chat route's message delimiters too: the slot evaluates the prompt in pieces cut at the messages'
+            # starts, and another cut gives other logits
             prompt = srv.post("/apply-template", {"messages": b["messages"], "tools": b["tools"]})["prompt"]
             forced[i] = srv.post("/completion", {
                 "prompt": prompt, "grammar": _our_grammar(b), "seed": b["seed"],
                 "temperature": b["temperature"], "n_predict": b["max_tokens"], "return_tokens": True,
-                "cache_prompt": False})
+                "cache_prompt": False, "message_delimiters": _delimiters(b)})
     with ours(_args(path)) as srv:
         mine = [post(srv, b) for b in reqs]
     yield request.param, reqs, theirs, mine, forced
