@@ -24,7 +24,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
-from .chat_api import ContentParser, chat_params
+from .chat_api import ContentParser, chat_params, parser_for
 from .engine import Engine, EngineConfig, Final, Partial, Task, user_message_starts
 from .errors import HttpError, middleware_error
 from .jsonout import DONE, PING, dumps, sse
@@ -281,13 +281,16 @@ def build_app(state: ServerState) -> Starlette:
             content = eng.detokenize(toks, True).decode("utf-8", "replace")
         return _resp({"content": content})
 
-    async def apply_template(request: Request) -> Response:
+    async def chat_body(request: Request) -> dict[str, Any]:
+        # oaicompat_chat_params_parse on the request body: the prompt and the completion fields of a chat request
         data = await _body(request)
         if not isinstance(data, dict):
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
-        p = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
-                        chat_template_kwargs=cfg.chat_template_kwargs)
-        return _resp({"prompt": p["prompt"]})
+        return chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
+                           chat_template_kwargs=cfg.chat_template_kwargs)
+
+    async def apply_template(request: Request) -> Response:
+        return _resp({"prompt": (await chat_body(request))["prompt"]})
 
     # ------------------------------------------------------------------ completions
     async def run_completion(request: Request, data: dict[str, Any], kind: str,
@@ -465,23 +468,12 @@ def build_app(state: ServerState) -> Starlette:
         return await run_completion(request, await _body(request), "oai_cmpl")
 
     async def chat_completions(request: Request) -> Response:
-        data = await _body(request)
-        if not isinstance(data, dict):
-            raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
-        body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
-                           chat_template_kwargs=cfg.chat_template_kwargs)
-        from .chat_api import parser_for
-
+        body = await chat_body(request)
         return await run_completion(request, body, "chat", parser_for(body))
 
     async def chat_input_tokens(request: Request) -> Response:
         # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
-        data = await _body(request)
-        if not isinstance(data, dict):
-            raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
-        body = chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
-                           chat_template_kwargs=cfg.chat_template_kwargs)
-        n = len(eng.tokenize_prompt(body["prompt"]))
+        n = len(eng.tokenize_prompt((await chat_body(request))["prompt"]))
         return _resp({"input_tokens": n, "object": "response.input_tokens"})
 
     def not_supported(message: str) -> Any:
