@@ -124,3 +124,13 @@ def _count(s: dict, kw: str, p: str) -> int:
     if v > 1 << 20:
         raise SchemaError(f"JSON schema error at {p}: {kw} {v} is above the limit of {1 << 20}", path=p)
     return v
+
+
+def _bounds(s: dict, lo_kw: str, hi_kw: str, p: str, lo: int, hi: int | None) -> tuple[int, int | None]:
+    """``(lo, hi)`` tightened by ``s``'s count keywords ``lo_kw`` / ``hi_kw`` (allOf members intersect)."""
+    if lo_kw in s:
+        lo = max(lo, _count(s, lo_kw, p))
+    if hi_kw in s:
+        v = _count(s, hi_kw, p)
+        hi = v if hi is None else min(hi, v)
+    return lo, hi

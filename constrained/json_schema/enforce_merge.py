@@ -10,6 +10,7 @@ from .enforce_base import (
     HANDLED,
     TYPES,
     Sub,
+    _bounds,
     _count,
     _frac,
     _json_equal,
@@ -199,11 +200,7 @@ class MergeMixin:
             m.patterns.append((s["pattern"], p))
         if "format" in s and isinstance(s["format"], str):
             m.formats.append((s["format"], p))
-        if "minLength" in s:
-            m.min_len = max(m.min_len, _count(s, "minLength", p))
-        if "maxLength" in s:
-            v = _count(s, "maxLength", p)
-            m.max_len = v if m.max_len is None else min(m.max_len, v)
+        m.min_len, m.max_len = _bounds(s, "minLength", "maxLength", p, m.min_len, m.max_len)
         self.merge_array(m, s, p)
         self.merge_object(m, s, p)
 
@@ -282,11 +279,7 @@ class MergeMixin:
         elif items is not None:
             m.rest.append((items, f"{p}/items"))
             m.rest_after.append(0)
-        if "minItems" in s:
-            m.min_items = max(m.min_items, _count(s, "minItems", p))
-        if "maxItems" in s:
-            v = _count(s, "maxItems", p)
-            m.max_items = v if m.max_items is None else min(m.max_items, v)
+        m.min_items, m.max_items = _bounds(s, "minItems", "maxItems", p, m.min_items, m.max_items)
         if "contains" in s:
             lo = _count(s, "minContains", p) if "minContains" in s else 1
             hi = _count(s, "maxContains", p) if "maxContains" in s else None
@@ -312,11 +305,7 @@ class MergeMixin:
             for k in req:
                 if isinstance(k, str) and k not in m.required:
                     m.required.append(k)
-        if "minProperties" in s:
-            m.min_props = max(m.min_props, _count(s, "minProperties", p))
-        if "maxProperties" in s:
-            v = _count(s, "maxProperties", p)
-            m.max_props = v if m.max_props is None else min(m.max_props, v)
+        m.min_props, m.max_props = _bounds(s, "minProperties", "maxProperties", p, m.min_props, m.max_props)
         if "propertyNames" in s:
             m.names.append((s["propertyNames"], f"{p}/propertyNames"))
         dr = s.get("dependentRequired")
