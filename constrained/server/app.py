@@ -617,12 +617,7 @@ _MEDIA_MARKER = "<__media_" + gen_id("")[:32] + "__>"
 
 
 def _caps(t: ChatTemplates) -> dict[str, bool]:
-    from ..chat import template as tm
+    # common_chat_templates_get_caps: the tool_use template's caps when the model has one (caps.cpp's probe)
+    from ..chat.caps import template_caps
 
-    if hasattr(tm, "template_caps"):
-        return tm.template_caps(t)
-    string_ok, typed_ok = t.content_caps
-    return {"supports_object_arguments": False, "supports_parallel_tool_calls": False,
-            "supports_preserve_reasoning": False, "supports_reasoning_effort": False,
-            "supports_string_content": string_ok, "supports_system_role": t.supports_system_role,
-            "supports_tool_calls": False, "supports_tools": False, "supports_typed_content": typed_ok}
+    return template_caps(t.tool_use or t.source)
