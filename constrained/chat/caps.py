@@ -326,8 +326,10 @@ class _Run:
         return self.stats.has_op(v, name)
 
 
+@functools.lru_cache(maxsize=64)
 def probe_caps(source: str) -> TemplateCaps:
-    """``jinja::caps_get`` for a template source (a template jinja2 cannot parse keeps the defaults).
+    """``jinja::caps_get`` for a template source (a template jinja2 cannot parse keeps the defaults); cached by
+    source (the result is frozen).
 
     >>> probe_caps("{{ messages[0].content }}").supports_tools
     False
@@ -407,15 +409,10 @@ def probe_caps(source: str) -> TemplateCaps:
     return TemplateCaps(**r)
 
 
-@functools.lru_cache(maxsize=64)
-def _cached(source: str) -> TemplateCaps:
-    return probe_caps(source)
-
-
 def template_caps(source: str) -> dict[str, bool]:
-    """``/props``' ``chat_template_caps`` for a template source: :func:`probe_caps` as a dict, cached by source.
+    """``/props``' ``chat_template_caps`` for a template source: :func:`probe_caps` as a dict.
 
     >>> template_caps("{{ messages[0].content }}")["supports_system_role"]
     True
     """
-    return _cached(source).to_map()
+    return probe_caps(source).to_map()
