@@ -3,7 +3,8 @@
 The real server's answers are recorded in ``tests/data/server_templates.json`` by
 ``scripts/record_server_templates.py`` (it starts llama-server with ``--jinja --chat-template-file`` on the default
 model for each template); here ``constrained.server.chat_api.chat_params`` renders the same conversations with the
-same BOS/EOS texts. Templates whose prompt differs are listed in :data:`KNOWN` with the reason.
+same BOS/EOS texts (all 420 cases identical). A template whose prompt differed would be listed in :data:`KNOWN` with
+the reason.
 """
 
 from __future__ import annotations
@@ -26,27 +27,9 @@ REC = json.loads(DATA.read_text()) if DATA.exists() else {"templates": {}, "date
 # tools are rendered by the tool-call layer (constrained.chat.tools), not compared here
 CASES = {k: v for k, v in TEMPLATE_CASES.items() if k != "user-tools"}
 
-# (template, case) -> why our prompt differs from llama-server's
-_PREFILL = """Apertus-8B-Instruct Apriel-1.6-15b-Thinker-fixed Bielik-11B-v3.0-Instruct ByteDance-Seed-OSS Cohere2MoE CohereForAI-c4ai-command-r-plus-tool_use
-CohereForAI-c4ai-command-r7b-12-2024-tool_use GLM-4.6 GLM-4.7-Flash HuggingFaceTB-SmolLM3-3B Kimi-K2-Instruct LFM2-8B-A1B
-LFM2.5-8B-A1B LFM2.5-Instruct MiniMax-M2 MiniMax-M3 NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 NVIDIA-Nemotron-Nano-v2
-Qwen-QwQ-32B Spark2.5 StepFun3.5-Flash deepseek-ai-DeepSeek-R1-Distill-Llama-8B deepseek-ai-DeepSeek-R1-Distill-Qwen-32B deepseek-ai-DeepSeek-V4-Flash-0731
-deepseek-ai-DeepSeek-V4 google-gemma-4-31B-it-interleaved google-gemma-4-31B-it ibm-granite-granite-3.3-2B-Instruct llama-cpp-deepseek-r1 llama-cpp-rwkv-world
-microsoft-Phi-3.5-mini-instruct mistralai-Ministral-3-14B-Reasoning-2512 moonshotai-Kimi-K2 muse-glimmer openai-gpt-oss-120b openbmb-MiniCPM5-1B
-poolside-Laguna-XS-2.1 poolside-Laguna-XS.2 unsloth-mistral-Devstral-Small-2507 upstage-Solar-Open-100B""".split()
-_WHY_PREFILL = ("assistant prefill with --jinja: llama-server continues the last message through its template "
-                "autoparser (reasoning markers, template-diff surgery), which is not ported")
-_WHY_THINKING = ("enable_thinking: llama-server enables it only when its autoparser detects reasoning markers in the "
-                 "template; we pass enable_thinking=true")
-_WHY_REASONING_HISTORY = ("past assistant turns: llama-server renders them with the reasoning fields its autoparser "
-                          "adds; not ported")
-KNOWN: dict[tuple[str, str], str] = {
-    **{(f"{n}.jinja", c): _WHY_PREFILL for n in _PREFILL for c in ("prefill", "prefill-typed")},
-    **{("Apertus-8B-Instruct.jinja", c): _WHY_THINKING for c in ("user", "multi-turn", "no-generation-prompt",
-                                                                  "typed-content")},
-    ("deepseek-ai-DeepSeek-V4-Flash-0731.jinja", "multi-turn"): _WHY_REASONING_HISTORY,
-    ("deepseek-ai-DeepSeek-V4.jinja", "multi-turn"): _WHY_REASONING_HISTORY,
-}
+# (template, case) -> why our prompt differs from llama-server's (none now: assistant prefills, enable_thinking's
+# default and reasoning history follow constrained.chat.autoparser_prompt, as common_chat_templates_apply_jinja)
+KNOWN: dict[tuple[str, str], str] = {}
 
 
 def _ours(src: str, body: dict) -> tuple[int, str]:

@@ -220,8 +220,11 @@ class ChatTemplates:
     # ------------------------------------------------------------------ jinja
     def render_jinja(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = True,
                      tools: Sequence[Any] | None = None, enable_thinking: bool = True,
-                     extra_context: dict[str, Any] | None = None, source: str | None = None) -> str:
-        """``common_chat_template_direct_apply``: one render with llama-server's template inputs."""
+                     extra_context: dict[str, Any] | None = None, source: str | None = None,
+                     date_context: bool = True, strip_bos: bool = True) -> str:
+        """``common_chat_template_direct_apply``: one render with llama-server's template inputs (``date_context``:
+        ``common_chat_extra_context``'s dates, which the autoparser's probes go without; ``strip_bos``: drop the
+        BOS/EOS texts the vocabulary adds itself)."""
         import jinja2
 
         env = _env()
@@ -236,10 +239,18 @@ class ChatTemplates:
                                "eos_token": self.eos_token, "enable_thinking": enable_thinking}
         if tools:
             ctx["tools"] = list(tools)
-        now = _now()                          # common_chat_extra_context
-        ctx["datetime"] = time.strftime("%b %d %Y", now)
-        ctx["date_string"] = time.strftime("%d %b %Y", now)
+        if date_context:
+            now = _now()                      # common_chat_extra_context
+            ctx["datetime"] = time.strftime("%b %d %Y", now)
+            ctx["date_string"] = time.strftime("%d %b %Y", now)
         ctx.update(extra_context or {})
+        if isinstance(ctx.get("preserve_reasoning"), bool):   # jinja::caps_apply_preserve_reasoning
+            keep = ctx["preserve_reasoning"]
+            for k, v in (("preserve_thinking", keep), ("clear_thinking", not keep),
+                         ("truncate_history_thinking", not keep), ("drop_thinking", not keep)):
+                ctx.setdefault(k, v)
+        if isinstance(ctx.get("reasoning_effort"), str) and ctx["reasoning_effort"]:
+            ctx.setdefault("reasoning_strength", ctx["reasoning_effort"])   # jinja::caps_apply_reasoning_effort
         if add_generation_prompt:
             ctx["add_generation_prompt"] = True
         try:
@@ -248,9 +259,9 @@ class ChatTemplates:
             raise
         except Exception as e:  # noqa: BLE001 - any runtime failure of a template is the request's error
             raise ChatTemplateError(f"{type(e).__name__}: {e}") from None
-        if self.add_bos and self.bos_token and out.startswith(self.bos_token):
+        if strip_bos and self.add_bos and self.bos_token and out.startswith(self.bos_token):
             out = out[len(self.bos_token):]
-        if self.add_eos and self.eos_token and out.endswith(self.eos_token):
+        if strip_bos and self.add_eos and self.eos_token and out.endswith(self.eos_token):
             out = out[: -len(self.eos_token)]
         return out
 

@@ -127,10 +127,18 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         if tool_plan is not None:
             msgs = tool_plan.messages(msgs)
             tools = tool_plan.template_tools
-    kwargs = dict(chat_template_kwargs or {})
+    # common_params_parse (arg.cpp:961): preserve_reasoning is on unless the server's kwargs say otherwise
+    kwargs = {"preserve_reasoning": True, **(chat_template_kwargs or {})}
     for k, v in _jv(body, "chat_template_kwargs", {}, dict).items():
         kwargs[k] = v
     enable_thinking = True
+    if jinja:                # server-context.cpp:1444: on when the template supports thinking
+        from ..chat.autoparser_prompt import supports_thinking
+
+        try:
+            enable_thinking = supports_thinking(templates)
+        except ChatTemplateError:
+            enable_thinking = False
     et = kwargs.get("enable_thinking")
     if isinstance(et, str):
         raise _bad('invalid type for "enable_thinking" (expected boolean, got string)')
@@ -274,29 +282,10 @@ def _parse_msg(m: Any) -> dict[str, Any]:
 
 def _render_jinja(t: ChatTemplates, msgs: list[dict[str, Any]], add_gen: bool, continuation: bool,
                   tools: Any, kwargs: dict[str, Any], enable_thinking: bool) -> str:
-    from ..chat import template as tm
+    from ..chat.autoparser_prompt import server_prompt
 
-    if hasattr(tm, "apply_jinja_server"):
-        return tm.apply_jinja_server(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation,
-                                     tools=tools, chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
-    if continuation and msgs and isinstance(msgs[-1].get("content"), list):
-        # the continued message's typed text parts are joined with "\n\n" (common_chat_msg::render_content)
-        parts = msgs[-1]["content"]
-        msgs = [*msgs[:-1], {**msgs[-1], "content": "\n\n".join(
-            str(p.get("text", "")) for p in parts if isinstance(p, dict) and p.get("type") == "text")}]
-    msgs = t.prepare_messages(msgs)
-    if continuation and msgs:
-        last = msgs[-1]
-        full = t.render_jinja(msgs, add_generation_prompt=False, tools=tools, extra_context=kwargs,
-                              enable_thinking=enable_thinking)
-        text = last.get("content") or ""
-        if isinstance(text, str) and text:
-            i = full.rfind(text)
-            if i >= 0:
-                return full[: i + len(text)]
-        return full
-    return t.render_jinja(msgs, add_generation_prompt=add_gen, tools=tools, extra_context=kwargs,
-                          enable_thinking=enable_thinking)
+    return server_prompt(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation, tools=tools,
+                         chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
 
 
 class ContentParser:
