@@ -98,6 +98,22 @@ def _adjusted(handler: str | None, msgs: list[dict[str, Any]]) -> list[dict[str,
     # (lfm2.cpp:28-34, gpt-oss.cpp:8-17)
     if handler in ("lfm2", "lfm2_5", "gpt_oss"):
         return [{**m, "thinking": m["reasoning_content"]} if m.get("reasoning_content") else m for m in msgs]
+    if handler == "ministral_3":            # ministral3.cpp:8-44: system / assistant content as typed blocks
+        out = []
+        for m in msgs:
+            if m.get("role") not in ("system", "assistant"):
+                out.append(m)
+                continue
+            blocks: list[Any] = []
+            if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+                blocks.append({"type": "thinking", "thinking": m["reasoning_content"]})
+            c = m.get("content")
+            if isinstance(c, str):
+                blocks.append({"type": "text", "text": c})
+            elif isinstance(c, list):
+                blocks.extend(c)
+            out.append({**{k: v for k, v in m.items() if k != "reasoning_content"}, "content": blocks})
+        return out
     return msgs
 
 

@@ -101,7 +101,7 @@ def _env() -> Any:
     if _ENV is None:
         _GenerationBlock = _generation_extension()
         import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
         # as llama.cpp's engine (after huggingface.js's jinja): trim_blocks and lstrip_blocks on, the final
         # newline dropped, {% generation %} blocks rendered as their content
@@ -113,7 +113,14 @@ def _env() -> Any:
             def __radd__(self, other: Any) -> Any:
                 return other if isinstance(other, str) else jinja2.Undefined.__radd__(self, other)
 
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
+        class _Env(ImmutableSandboxedEnvironment):
+            # llama.cpp's engine has two mutating list methods, append and pop (jinja/value.cpp:1144-1155)
+            def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+                if isinstance(obj, list) and attr in ("append", "pop"):
+                    return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
+                return bool(super().is_safe_attribute(obj, attr, value))
+
+        env = _Env(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
                                             undefined=_Undefined,
                                             extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
         env.filters["tojson"] = _tojson
