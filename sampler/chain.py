@@ -29,6 +29,7 @@ from .candidates import Candidates
 from .dist import Dist
 from .dry import Dry, process_breakers
 from .infill import Infill
+from .kernels import K, REC
 from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties
@@ -226,12 +227,19 @@ class Sampler:
     def _sample(self, a: np.ndarray, nan_checked: bool = True) -> int:
         if not nan_checked and self._topk_first:
             # as top_k_impl with k <= 128 on unsorted logits (partial_sort_inplace's heap path), NaN check fused
-            order = heapselect.top_k(a, min(self._topk_first, len(a)), nan_check=True)
-            if order is None:
-                raise ValueError(NAN_LOGITS)
-            c = Candidates.from_logits(a, copy=False)
-            c.take(order)
-            c.sorted = True
+            k = min(self._topk_first, len(a))
+            if K is not None:
+                out = np.empty(k, REC)
+                if K.top_k(a, None, None, k, out, True) < 0:
+                    raise ValueError(NAN_LOGITS)
+                c = Candidates.from_records(out, k, True)
+            else:
+                order = heapselect.top_k(a, k, nan_check=True)
+                if order is None:
+                    raise ValueError(NAN_LOGITS)
+                c = Candidates.from_logits(a, copy=False)
+                c.take(order)
+                c.sorted = True
             for st in self._active[1:]:
                 st.apply(c)
             self.cur = c
@@ -239,7 +247,7 @@ class Sampler:
             c = self._run(Candidates.from_logits(a, copy=False))
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)
-        return int(c.ids[c.selected])
+        return c.token(c.selected)
 
     def sample_constrained(self, logits: Any, allows: Callable[[int], bool],
                            mask: Callable[[], np.ndarray]) -> tuple[int, bool]:
@@ -264,7 +272,7 @@ class Sampler:
         c = self._run(c)
         if c.selected < 0 or c.selected >= c.size:
             raise ValueError(NO_SELECTION)
-        return int(c.ids[c.selected]), True
+        return c.token(c.selected), True
 
     def _accept_checked(self, token: int) -> None:
         assert self.steps is not None and self.n_vocab is not None

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import mathf
 from .candidates import Candidates
+from .kernels import K
 from .rng import Mt19937, discrete_distribution, uniform_real_double
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
@@ -72,6 +73,10 @@ def softmax(c: Candidates, do_sort: bool) -> None:
     """p = expf(l - max) / float sum, optionally after a full sort."""
     if c.size == 0:
         raise RuntimeError("GGML_ASSERT(cur_p->size > 0) failed")
+    if K is not None:
+        r = K.softmax(c.records(), c._n, c.sorted, do_sort)
+        c._n, c.sorted = r >> 1, bool(r & 1)
+        return
     if do_sort and not c.sorted:
         c.partial_sort_inplace(c.size)
     m = max_logit(c)
@@ -92,6 +97,10 @@ def softmax(c: Candidates, do_sort: bool) -> None:
 # as llama_sample_dist (libstdc++ discrete_distribution over p)
 def sample_discrete(c: Candidates, rng: Mt19937) -> int:
     """``std::discrete_distribution<int>`` over ``p`` (no draw for fewer than two entries)."""
+    if K is not None:
+        n = c.size
+        bits = rng._r.getrandbits
+        return K.discrete(c.records(), n, (bits(32), bits(32)) if n >= 2 else ())
     return int(discrete_distribution(c.p, rng))
 
 
@@ -110,6 +119,10 @@ class Dist:
         n = c.size
         if n == 0:
             c.selected = -1
+            return
+        if K is not None:
+            bits = self.rng._r.getrandbits  # uniform_real_distribution<double>: generate_canonical's two outputs
+            c.selected = K.dist(c._rec if c._rec is not None else c.records(), n, c.sorted, (bits(32), bits(32)))
             return
         c.selected = 0
         if n == 1:

@@ -15,6 +15,7 @@ import numpy as np
 from . import mathf
 from .candidates import Candidates
 from .dist import rng_seed, sample_discrete, softmax
+from .kernels import K
 from .rng import Mt19937
 from .truncation import top_k_impl
 
@@ -47,6 +48,11 @@ class _MirostatBase(_Seeded):
 
     def _draw_and_update(self, c: Candidates) -> None:
         idx = sample_discrete(c, self.rng)
+        if K is not None:
+            c.selected = idx
+            p = float(c._rec[idx]["p"])  # type: ignore[index]
+            self.mu = _F32(K.mirostat_mu(p, float(self.mu), float(self.tau), float(self.eta)))
+            return
         c.selected = idx
         surprise = _F32(-_F32(mathf.log2f(float(c.p[idx]))))
         e = _F32(surprise - self.tau)
@@ -76,6 +82,11 @@ class Mirostat(_MirostatBase):
 
     # as llama_sampler_mirostat_apply
     def apply(self, c: Candidates) -> None:
+        if K is not None:
+            r = K.mirostat(c.records(), c._n, c.sorted, self.n_vocab, self.m, float(self.mu))
+            c._n, c.sorted = r >> 1, bool(r & 1)
+            self._draw_and_update(c)
+            return
         softmax(c, True)
         sum_ti_bi = _F32(0.0)
         sum_ti_sq = _F32(0.0)
@@ -119,6 +130,11 @@ class MirostatV2(_MirostatBase):
 
     # as llama_sampler_mirostat_v2_apply
     def apply(self, c: Candidates) -> None:
+        if K is not None:
+            r = K.mirostat_v2(c.records(), c._n, c.sorted, float(self.mu))
+            c._n, c.sorted = r >> 1, bool(r & 1)
+            self._draw_and_update(c)
+            return
         softmax(c, True)
         cut = _first_surprise_above(c.p, self.mu)
         c.truncate(max(cut, 1))
@@ -168,6 +184,22 @@ class AdaptiveP(_Seeded):
 
     # as llama_sampler_adaptive_p_apply
     def apply(self, c: Candidates) -> None:
+        if K is not None and self.target >= 0.0:
+            rec = c.records()
+            n = c._n
+            if n == 0:
+                raise RuntimeError("GGML_ASSERT(cur_p->size > 0) failed")
+            orig = np.empty(n, _F32)
+            r = K.adaptive_p(rec, n, c.sorted, float(self.target), float(self.weighted_sum),
+                             float(self.total_weight), orig)
+            c.sorted = bool(r & 1)
+            self.original_probs = orig
+            bits = self.rng._r.getrandbits
+            idx = K.discrete(rec, n, (bits(32), bits(32)) if n >= 2 else ())
+            c.selected = idx
+            self.pending_id = int(rec[idx]["id"])
+            self.pending_idx = idx
+            return
         softmax(c, False)
         if self.target < 0.0:
             c.selected = sample_discrete(c, self.rng)

@@ -18,12 +18,16 @@ import numpy as np
 from . import mathf
 from .candidates import Candidates
 from .dist import softmax
+from .kernels import K
 
 _F32 = np.float32
 
 
 # as llama_sampler_temp_impl
 def temp_impl(c: Candidates, temp: np.float32) -> None:
+    if K is not None and c._rec is not None:
+        K.temp(c._rec, c._n, c.sorted, float(temp))
+        return
     if c.size == 0:
         return
     if temp <= 0.0:
@@ -70,9 +74,14 @@ class TempExt:
         self.temp = _F32(temp)
         self.delta = _F32(delta)
         self.exponent = _F32(exponent)
+        self._args = (float(self.temp), float(self.delta), float(self.exponent))
 
     # as llama_sampler_temp_ext_apply
     def apply(self, c: Candidates) -> None:
+        if K is not None and (c._rec is not None or self.delta > 0):
+            r = K.temp_ext(c._rec if c._rec is not None else c.records(), c._n, c.sorted, *self._args)
+            c._n, c.sorted = r >> 1, bool(r & 1)
+            return
         if not self.delta > 0:
             temp_impl(c, self.temp)
             return

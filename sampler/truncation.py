@@ -18,6 +18,7 @@ import numpy as np
 
 from . import mathf, stdalgo
 from .candidates import Candidates, bucket_partial_sort
+from .kernels import K, REC
 from .dist import fsum_seq, rng_seed, scan_max, softmax
 from .nsigma import grid_sum, sq_dev_sum
 from .rng import Mt19937, uniform_real_float
@@ -41,6 +42,20 @@ class _Stateless:
 def top_k_impl(c: Candidates, k: int) -> None:
     if k <= 0:
         return
+    if K is not None:
+        if c._rec is not None:
+            r = K.top_k_rec(c._rec, c._n, c.sorted, k)
+            c._n, c.sorted = r >> 1, bool(r & 1)
+            return
+        if not c.sorted:
+            lg = c._lg
+            n = len(lg)
+            k = min(k, n)
+            out = np.empty(k if k <= 128 and n >= 256 else n, REC)
+            K.top_k(lg, c._ids, c._p, k, out, False)
+            c._rec, c._n, c.sorted = out, k, True
+            c._ids = c._p = None
+            return
     k = min(k, c.size)
     if not c.sorted:
         c.partial_sort_inplace(k)
@@ -67,10 +82,15 @@ class TopP(_Stateless):
     def __init__(self, p: float, min_keep: int) -> None:
         self.p = _F32(p)
         self.min_keep = int(min_keep)
+        self._pf = float(self.p)
 
     # as llama_sampler_top_p_apply
     def apply(self, c: Candidates) -> None:
-        if self.p >= 1.0:
+        if self._pf >= 1.0:
+            return
+        if K is not None:
+            r = K.top_p(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
+            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, False)
         n = c.size
@@ -132,10 +152,17 @@ class MinP(_Stateless):
         self.p = _F32(p)
         self.min_keep = int(min_keep)
         self._lp = _F32(mathf.logf(float(self.p))) if self.p > 0.0 else _F32(0.0)
+        self._pf = float(self.p)
 
     # as llama_sampler_min_p_apply
     def apply(self, c: Candidates) -> None:
-        if self.p <= 0.0 or c.size == 0:
+        if self._pf <= 0.0:
+            return
+        if K is not None:
+            r = K.min_p(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
+            c._n, c.sorted = r >> 1, bool(r & 1)
+            return
+        if c.size == 0:
             return
         lp = self._lp
         if not c.sorted:
@@ -161,10 +188,15 @@ class Typical(_Stateless):
     def __init__(self, p: float, min_keep: int) -> None:
         self.p = _F32(p)
         self.min_keep = int(min_keep)
+        self._pf = float(self.p)
 
     # as llama_sampler_typical_apply
     def apply(self, c: Candidates) -> None:
-        if self.p >= 1.0:
+        if self._pf >= 1.0:
+            return
+        if K is not None:
+            r = K.typical(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
+            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, True)
         p = c.p
@@ -197,10 +229,21 @@ class TopNSigma(_Stateless):
 
     def __init__(self, n: float) -> None:
         self.n = _F32(n)
+        self._nf = float(self.n)
 
     # as llama_sampler_top_n_sigma_apply
     def apply(self, c: Candidates) -> None:
-        if self.n <= 0.0 or c.size <= 1:
+        if self._nf <= 0.0 or c.size <= 1:
+            return
+        if K is not None:
+            if c._rec is not None:
+                lg = c._rec["logit"][: c._n]
+                K.top_n_sigma(lg, self._nf, lg)
+            else:
+                src = c._lg
+                dst = src if c._owned else np.empty(len(src), _F32)
+                K.top_n_sigma(src, self._nf, dst)
+                c._lg, c._owned = dst, True
             return
         lg = c.logits
         low = lg.min()
@@ -234,6 +277,7 @@ class XTC:
     def __init__(self, p: float, t: float, min_keep: int, seed: int) -> None:
         self.probability = _F32(p)
         self.threshold = _F32(t)
+        self._tf = float(self.threshold)
         self.min_keep = int(min_keep)
         self.seed = seed & 0xFFFFFFFF
         self.seed_cur = rng_seed(self.seed)
@@ -245,6 +289,10 @@ class XTC:
             return
         chance = uniform_real_float(self.rng)
         if chance > self.probability:
+            return
+        if K is not None:
+            r = K.xtc(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._tf, self.min_keep)
+            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, True)
         ge = c.p >= self.threshold

@@ -1,0 +1,926 @@
+// sampler._kernels: llama.cpp's sampler stages (src/llama-sampler.cpp at 0c1e57098) compiled, on an array laid out
+// as llama_token_data ({int32 id, float logit, float p}), so that libstdc++'s std::sort / std::partial_sort run with
+// llama.cpp's comparator on the same records and give the same tie orders by construction.
+//
+// Our own code, written to the semantics of the functions cited beside each one.  Built with -O2 -std=c++17
+// -ffp-contract=off and no fast-math (see setup.py); expf/logf/log2f/powf/exp come from libm, as in llama.cpp.
+// Random draws stay in Python (sampler.rng.Mt19937): a stage that draws receives the generator's 32-bit outputs
+// and hands them to libstdc++'s own distributions through a replaying generator (Replay).
+//
+// Binding: the CPython C API with the buffer protocol (no numpy headers); every function is METH_FASTCALL.
+// A record buffer is any C-contiguous writable buffer of at least n * 12 bytes (numpy's REC dtype in
+// sampler/kernels.py); a float buffer is a 1-D float32 buffer of any stride.
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
+#include <random>
+#include <vector>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+namespace {
+
+struct TokenData {  // llama_token_data (include/llama.h)
+    int32_t id;
+    float logit;
+    float p;
+};
+static_assert(sizeof(TokenData) == 12, "the layout of llama_token_data");
+
+// the comparator of llama_token_data_array_partial_sort / _inplace (llama-sampler.cpp:136, :194)
+struct Greater {
+    bool operator()(const TokenData &a, const TokenData &b) const { return a.logit > b.logit; }
+};
+
+// A generator that replays 32-bit outputs drawn in Python from std::mt19937's twin (sampler.rng.Mt19937).
+struct Replay {
+    using result_type = uint32_t;
+    const uint32_t *v;
+    int n, i;
+    static constexpr result_type min() { return 0; }
+    static constexpr result_type max() { return 0xFFFFFFFFu; }
+    result_type operator()() { return i < n ? v[i++] : 0u; }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
+// sorts
+
+// std::partial_sort(d, d + k, d + n, Greater) for the first k (the tail [k, n) is left unspecified).
+//
+// libstdc++'s __heap_select makes a heap of the first k, then lets element i in only when it beats the heap's top,
+// whose value is the k-th largest value seen so far; an element that does not get in touches nothing.  So the
+// first k of a partial_sort over {the first k} + {every later element that gets in} are the same records in the
+// same order.  A float min-heap shadows the heap's values to find those elements in one pass; NaN logits among
+// the first k (where the shadow's order would break) take the plain partial_sort.
+// Returns whether any logit is NaN.
+template <class Get>
+static bool top_select(size_t n, size_t k, Get get, TokenData *out, const float *contiguous = nullptr) {
+    if (k == 0) return false;
+    std::vector<TokenData> buf;
+    buf.reserve(std::min(n, k * 8 + 64));
+    std::vector<float> shadow;
+    shadow.reserve(k);
+    bool nan_head = false;
+    for (size_t i = 0; i < k; ++i) {
+        TokenData t = get(i);
+        buf.push_back(t);
+        shadow.push_back(t.logit);
+        nan_head |= t.logit != t.logit;
+    }
+    bool nan_seen = nan_head;
+    if (nan_head) {
+        for (size_t i = k; i < n; ++i) buf.push_back(get(i));
+    } else {
+        std::make_heap(shadow.begin(), shadow.end(), std::greater<float>());
+        float low = shadow.front();
+        auto visit = [&](size_t i) {
+            TokenData t = get(i);
+            nan_seen |= t.logit != t.logit;
+            if (t.logit > low) {
+                buf.push_back(t);
+                std::pop_heap(shadow.begin(), shadow.end(), std::greater<float>());
+                shadow.back() = t.logit;
+                std::push_heap(shadow.begin(), shadow.end(), std::greater<float>());
+                low = shadow.front();
+            }
+        };
+        size_t i = k;
+#ifdef __SSE2__
+        // contiguous logits: skip 16 at a time while none beats the heap's top (an ordered compare: NaN never
+        // does) and note NaN (an unordered self-compare); SSE2 is part of x86-64 itself
+        if (const float *lp = contiguous) {
+            for (; i + 16 <= n; i += 16) {
+                const __m128 a = _mm_loadu_ps(lp + i), b = _mm_loadu_ps(lp + i + 4);
+                const __m128 c = _mm_loadu_ps(lp + i + 8), d = _mm_loadu_ps(lp + i + 12);
+                const __m128 thr = _mm_set1_ps(low);
+                const __m128 gt = _mm_or_ps(_mm_or_ps(_mm_cmpgt_ps(a, thr), _mm_cmpgt_ps(b, thr)),
+                                            _mm_or_ps(_mm_cmpgt_ps(c, thr), _mm_cmpgt_ps(d, thr)));
+                const __m128 un = _mm_or_ps(_mm_or_ps(_mm_cmpunord_ps(a, a), _mm_cmpunord_ps(b, b)),
+                                            _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
+                nan_seen |= _mm_movemask_ps(un) != 0;
+                if (_mm_movemask_ps(gt) != 0) {
+                    for (size_t j = i; j < i + 16; ++j) visit(j);
+                }
+            }
+        }
+#endif
+        for (; i < n; ++i) visit(i);
+    }
+    std::partial_sort(buf.begin(), buf.begin() + k, buf.end(), Greater());
+    std::memcpy(out, buf.data(), k * sizeof(TokenData));
+    return nan_seen;
+}
+
+// as llama_token_data_array_partial_sort (llama-sampler.cpp:135): the 128-bucket pre-pass into res
+static void bucket_partial_sort(const TokenData *data, size_t size, int npartial, std::vector<TokenData> &res) {
+    constexpr int nbuckets = 128;
+    constexpr float bucket_low = -10.0f;
+    constexpr float bucket_high = 10.0f;
+    constexpr float bucket_scale = nbuckets / (bucket_high - bucket_low);
+    constexpr float bucket_inter = -bucket_low * bucket_scale;
+    std::vector<int> bidx(size);
+    int histo[nbuckets] = {0};
+    for (size_t i = 0; i < size; ++i) {
+        const float v = bucket_scale * data[i].logit + bucket_inter;
+        // int(float) as x86's cvttss2si: truncation, INT_MIN for NaN and out-of-range values
+        int ib = (std::fabs(v) < 2147483648.0f) ? int(v) : INT32_MIN;
+        ib = std::max(0, std::min(nbuckets - 1, ib));
+        bidx[i] = ib;
+        ++histo[ib];
+    }
+    int nhave = 0;
+    int ib = nbuckets - 1;
+    for (; ib >= 0; --ib) {
+        nhave += histo[ib];
+        if (nhave >= npartial) break;
+    }
+    res.resize(nhave);
+    TokenData *ptrs[nbuckets];
+    TokenData *ptr = res.data();
+    for (int j = nbuckets - 1; j >= ib && j >= 0; --j) {
+        ptrs[j] = ptr;
+        ptr += histo[j];
+    }
+    for (size_t i = 0; i < size; ++i) {
+        const int j = bidx[i];
+        if (j >= ib) *ptrs[j]++ = data[i];
+    }
+    ptr = res.data();
+    int ndone = 0;
+    for (int j = nbuckets - 1; j > ib; --j) {
+        std::sort(ptr, ptr + histo[j], Greater());
+        ptr += histo[j];
+        ndone += histo[j];
+    }
+    if (ib >= 0) std::partial_sort(ptr, ptr + (npartial - ndone), ptr + histo[ib], Greater());
+}
+
+// as llama_token_data_array_partial_sort_inplace (llama-sampler.cpp:193); returns the new size
+static size_t partial_sort_inplace(TokenData *d, size_t size, int npartial) {
+    if (npartial <= 128) {
+        if (size >= 256 && (size_t)npartial * 4 < size) {
+            top_select(size, (size_t)npartial, [d](size_t i) { return d[i]; }, d);
+        } else {
+            std::partial_sort(d, d + npartial, d + size, Greater());
+        }
+        return (size_t)npartial;
+    }
+    std::vector<TokenData> tmp;
+    bucket_partial_sort(d, size, npartial, tmp);
+    std::copy(tmp.data(), tmp.data() + npartial, d);
+    return (size_t)npartial;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// the shared pieces of the samplers
+
+struct Cur {  // llama_token_data_array
+    TokenData *data;
+    size_t size;
+    bool sorted;
+};
+
+// as llama_sampler_softmax_impl (llama-sampler.cpp:293)
+static void softmax_impl(Cur &c, bool do_sort) {
+    if (do_sort && !c.sorted) {
+        c.size = partial_sort_inplace(c.data, c.size, (int)c.size);
+        c.sorted = true;
+    }
+    float max_l = c.data[0].logit;
+    if (!c.sorted) {
+        for (size_t i = 1; i < c.size; ++i) max_l = std::max(max_l, c.data[i].logit);
+    }
+    float cum_sum = 0.0f;
+    for (size_t i = 0; i < c.size; ++i) {
+        const float p = expf(c.data[i].logit - max_l);
+        c.data[i].p = p;
+        cum_sum += p;
+    }
+    for (size_t i = 0; i < c.size; ++i) c.data[i].p /= cum_sum;
+}
+
+// as llama_sampler_top_k_impl (llama-sampler.cpp:321)
+static void top_k_impl(Cur &c, int32_t k) {
+    if (k <= 0) return;
+    k = std::min(k, (int)c.size);
+    if (!c.sorted) {
+        c.size = partial_sort_inplace(c.data, c.size, k);
+        c.sorted = true;
+    }
+    c.size = (size_t)k;
+}
+
+// as llama_sampler_temp_impl (llama-sampler.cpp:265)
+static void temp_impl(Cur &c, float temp) {
+    if (c.size == 0) return;
+    if (temp <= 0.0f) {
+        size_t max_i = 0;
+        float max_l = c.data[0].logit;
+        for (size_t i = 1; i < c.size; ++i) {
+            if (c.data[i].logit > max_l) {
+                c.data[max_i].logit = -INFINITY;
+                max_i = i;
+                max_l = c.data[i].logit;
+            } else {
+                c.data[i].logit = -INFINITY;
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < c.size; ++i) c.data[i].logit /= temp;
+}
+
+// llama_sample_dist (llama-sampler.cpp:217): std::discrete_distribution<int> over p, drawing from the replay
+static int sample_dist(const Cur &c, Replay &g) {
+    std::vector<float> w(c.size);
+    for (size_t i = 0; i < c.size; ++i) w[i] = c.data[i].p;
+    std::discrete_distribution<int> dist(w.begin(), w.end());
+    return dist(g);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// argument handling
+
+struct Buf {
+    Py_buffer v;
+    bool ok = false;
+    ~Buf() {
+        if (ok) PyBuffer_Release(&v);
+    }
+};
+
+static bool get_records(PyObject *o, Buf &b, size_t n) {
+    if (PyObject_GetBuffer(o, &b.v, PyBUF_WRITABLE | PyBUF_ND) < 0) return false;
+    b.ok = true;
+    if ((size_t)b.v.len < n * sizeof(TokenData)) {
+        PyErr_SetString(PyExc_ValueError, "record buffer smaller than n records");
+        return false;
+    }
+    return true;
+}
+
+struct Floats {
+    char *base;
+    Py_ssize_t stride, n;
+    float &operator[](size_t i) const { return *reinterpret_cast<float *>(base + (Py_ssize_t)i * stride); }
+};
+
+static bool get_floats(PyObject *o, Buf &b, Floats &f, bool writable) {
+    int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(o, &b.v, flags) < 0) return false;
+    b.ok = true;
+    const char *fmt = b.v.format ? b.v.format : "B";
+    if (b.v.ndim != 1 || b.v.itemsize != 4 || !(strcmp(fmt, "f") == 0 || strcmp(fmt, "<f") == 0 || strcmp(fmt, "=f") == 0)) {
+        PyErr_SetString(PyExc_TypeError, "expected a 1-D float32 buffer");
+        return false;
+    }
+    f.base = static_cast<char *>(b.v.buf);
+    f.stride = b.v.strides[0];
+    f.n = b.v.shape[0];
+    return true;
+}
+
+static bool get_ints(PyObject *o, Buf &b, const int32_t *&p, Py_ssize_t &n) {
+    if (PyObject_GetBuffer(o, &b.v, PyBUF_ND | PyBUF_FORMAT) < 0) return false;
+    b.ok = true;
+    const char *fmt = b.v.format ? b.v.format : "B";
+    if (b.v.ndim != 1 || b.v.itemsize != 4 || !(fmt[strlen(fmt) - 1] == 'i' || fmt[strlen(fmt) - 1] == 'l')) {
+        PyErr_SetString(PyExc_TypeError, "expected a contiguous 1-D int32 buffer");
+        return false;
+    }
+    p = static_cast<const int32_t *>(b.v.buf);
+    n = b.v.shape[0];
+    return true;
+}
+
+static bool nargs_is(Py_ssize_t nargs, Py_ssize_t want, const char *name) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes %zd arguments (%zd given)", name, want, nargs);
+        return false;
+    }
+    return true;
+}
+
+static bool as_size(PyObject *o, size_t &out) {
+    Py_ssize_t v = PyLong_AsSsize_t(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    if (v < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative size");
+        return false;
+    }
+    out = (size_t)v;
+    return true;
+}
+
+static bool as_float(PyObject *o, float &out) {
+    double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) return false;
+    out = (float)v;
+    return true;
+}
+
+static bool as_u32s(PyObject *o, uint32_t out[2], int &n) {
+    // a tuple of at most two generator outputs
+    if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) > 2) {
+        PyErr_SetString(PyExc_TypeError, "expected a tuple of at most two 32-bit draws");
+        return false;
+    }
+    n = (int)PyTuple_GET_SIZE(o);
+    for (int i = 0; i < n; ++i) {
+        unsigned long v = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(o, i));
+        if (v == (unsigned long)-1 && PyErr_Occurred()) return false;
+        out[i] = (uint32_t)v;
+    }
+    return true;
+}
+
+// (size, sorted) packed into one int: size * 2 + sorted
+static PyObject *packed(const Cur &c) { return PyLong_FromSsize_t((Py_ssize_t)(c.size * 2 + (c.sorted ? 1 : 0))); }
+
+#define ARGS(name, want) \
+    if (!nargs_is(nargs, want, name)) return nullptr
+
+static bool cur_args(PyObject *const *args, Buf &b, Cur &c) {
+    size_t n;
+    if (!as_size(args[1], n)) return false;
+    if (!get_records(args[0], b, n)) return false;
+    c.data = static_cast<TokenData *>(b.v.buf);
+    c.size = n;
+    c.sorted = PyObject_IsTrue(args[2]) == 1;
+    return true;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// conversions
+
+// pack(out_records, logits, ids or None, p or None): out[i] = {ids[i] or i, logits[i], p[i] or 0}
+static PyObject *k_pack(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("pack", 4);
+    Buf bl, bo, bi, bp;
+    Floats lg, pp{};
+    if (!get_floats(args[1], bl, lg, false)) return nullptr;
+    size_t n = (size_t)lg.n;
+    if (!get_records(args[0], bo, n)) return nullptr;
+    const int32_t *ids = nullptr;
+    Py_ssize_t ni = 0;
+    if (args[2] != Py_None) {
+        if (!get_ints(args[2], bi, ids, ni)) return nullptr;
+        if ((size_t)ni != n) return PyErr_Format(PyExc_ValueError, "ids and logits differ in length");
+    }
+    bool hasp = args[3] != Py_None;
+    if (hasp) {
+        if (!get_floats(args[3], bp, pp, false)) return nullptr;
+        if ((size_t)pp.n != n) return PyErr_Format(PyExc_ValueError, "p and logits differ in length");
+    }
+    TokenData *o = static_cast<TokenData *>(bo.v.buf);
+    for (size_t i = 0; i < n; ++i) o[i] = {ids ? ids[i] : (int32_t)i, lg[i], hasp ? pp[i] : 0.0f};
+    Py_RETURN_NONE;
+}
+
+// top_k(logits, ids or None, p or None, k, out_records, nan_check) -> k taken, or -1 when nan_check finds a NaN:
+// llama_sampler_top_k_impl on an unsorted array (partial_sort_inplace, k <= 128 path or the bucket path)
+static PyObject *k_top_k(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("top_k", 6);
+    Buf bl, bi, bp, bo;
+    Floats lg, pp{};
+    if (!get_floats(args[0], bl, lg, false)) return nullptr;
+    size_t n = (size_t)lg.n, k;
+    const int32_t *ids = nullptr;
+    Py_ssize_t ni = 0;
+    if (args[1] != Py_None) {
+        if (!get_ints(args[1], bi, ids, ni)) return nullptr;
+        if ((size_t)ni != n) return PyErr_Format(PyExc_ValueError, "ids and logits differ in length");
+    }
+    bool hasp = args[2] != Py_None;
+    if (hasp) {
+        if (!get_floats(args[2], bp, pp, false)) return nullptr;
+        if ((size_t)pp.n != n) return PyErr_Format(PyExc_ValueError, "p and logits differ in length");
+    }
+    if (!as_size(args[3], k)) return nullptr;
+    k = std::min(k, n);
+    bool nan_check = PyObject_IsTrue(args[5]) == 1;
+    auto get = [&](size_t i) { return TokenData{ids ? ids[i] : (int32_t)i, lg[i], hasp ? pp[i] : 0.0f}; };
+    if (k <= 128 && n >= 256) {
+        if (!get_records(args[4], bo, k)) return nullptr;
+        const float *contiguous = lg.stride == 4 ? reinterpret_cast<const float *>(lg.base) : nullptr;
+        if (top_select(n, k, get, static_cast<TokenData *>(bo.v.buf), contiguous) && nan_check)
+            return PyLong_FromLong(-1);
+    } else {
+        if (nan_check) {
+            for (size_t i = 0; i < n; ++i) {
+                if (lg[i] != lg[i]) return PyLong_FromLong(-1);
+            }
+        }
+        // the bucket path (or a small array): on a full record copy, as llama.cpp's array
+        if (!get_records(args[4], bo, n)) return nullptr;
+        TokenData *o = static_cast<TokenData *>(bo.v.buf);
+        for (size_t i = 0; i < n; ++i) o[i] = get(i);
+        if (k > 0) partial_sort_inplace(o, n, (int)k);
+    }
+    return PyLong_FromSize_t(k);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// stages on records: f(records, n, sorted, ...) -> size * 2 + sorted unless said otherwise
+
+// as llama_sampler_top_k_impl
+static PyObject *k_top_k_rec(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("top_k_rec", 4);
+    Buf b;
+    Cur c;
+    if (!cur_args(args, b, c)) return nullptr;
+    long k = PyLong_AsLong(args[3]);
+    if (k == -1 && PyErr_Occurred()) return nullptr;
+    top_k_impl(c, (int32_t)std::max(std::min(k, (long)INT32_MAX), (long)INT32_MIN));
+    return packed(c);
+}
+
+static PyObject *k_softmax(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("softmax", 4);
+    Buf b;
+    Cur c;
+    if (!cur_args(args, b, c)) return nullptr;
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, PyObject_IsTrue(args[3]) == 1);
+    return packed(c);
+}
+
+// as llama_sampler_top_p_apply (llama-sampler.cpp:1549)
+static PyObject *k_top_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("top_p", 5);
+    Buf b;
+    Cur c;
+    float p;
+    size_t min_keep;
+    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
+    if (p >= 1.0f) return packed(c);
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, false);
+    size_t k = c.size;
+    TokenData *pdata = c.data;
+    std::vector<TokenData> buf_sort;
+    if (!c.sorted && c.size > 1024) {
+        k = std::min<size_t>(256, c.size);
+        bucket_partial_sort(c.data, c.size, (int)k, buf_sort);
+        pdata = buf_sort.data();
+    } else if (!c.sorted) {
+        c.size = partial_sort_inplace(c.data, c.size, (int)k);
+        c.sorted = true;
+    }
+    float cum_sum = 0.0f;
+    size_t last_idx = c.size;
+    for (size_t i = 0; i < c.size; ++i) {
+        cum_sum += pdata[i].p;
+        if (cum_sum >= p && i + 1 >= min_keep) {
+            last_idx = i + 1;
+            break;
+        }
+        if (!c.sorted && i == k - 1) {
+            k = c.size;
+            bucket_partial_sort(c.data, c.size, (int)k, buf_sort);
+            pdata = buf_sort.data();
+        }
+    }
+    if (!c.sorted) {
+        std::copy(buf_sort.data(), buf_sort.data() + last_idx, c.data);
+        c.sorted = true;
+    }
+    c.size = last_idx;
+    return packed(c);
+}
+
+// as llama_sampler_min_p_apply (llama-sampler.cpp:1749)
+static PyObject *k_min_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("min_p", 5);
+    Buf b;
+    Cur c;
+    float p;
+    size_t min_keep;
+    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
+    if (p <= 0.0f || c.size == 0) return packed(c);
+    const float lp = logf(p);
+    bool applied = false;
+    if (!c.sorted) {
+        float max_logit = -FLT_MAX;
+        for (size_t i = 0; i < c.size; ++i) max_logit = std::max(max_logit, c.data[i].logit);
+        const float min_logit = max_logit + lp;
+        size_t m = 0;  // filtered in place, in order (a stable compaction: the same records as the copy)
+        std::vector<TokenData> kept;
+        kept.reserve(c.size);
+        for (size_t i = 0; i < c.size; ++i) {
+            if (c.data[i].logit >= min_logit) kept.push_back(c.data[i]);
+        }
+        m = kept.size();
+        if (m > 0 && m >= min_keep) {
+            std::copy(kept.begin(), kept.end(), c.data);
+            c.size = m;
+            applied = true;
+        }
+    }
+    if (!applied) {
+        if (!c.sorted) {
+            c.size = partial_sort_inplace(c.data, c.size, (int)c.size);
+            c.sorted = true;
+        }
+        const float min_logit = c.data[0].logit + lp;
+        size_t i = 1;
+        for (; i < c.size; ++i) {
+            if (c.data[i].logit < min_logit && i >= min_keep) break;
+        }
+        c.size = i;
+    }
+    return packed(c);
+}
+
+// as llama_sampler_typical_apply (llama-sampler.cpp:1910)
+static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("typical", 5);
+    Buf b;
+    Cur c;
+    float p;
+    size_t min_keep;
+    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
+    if (p >= 1.0f) return packed(c);
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, true);
+    float entropy = 0.0f;
+    for (size_t i = 0; i < c.size; ++i) entropy += -c.data[i].p * logf(c.data[i].p);
+    std::vector<float> scores(c.size);
+    for (size_t i = 0; i < c.size; ++i) scores[i] = fabsf(-logf(c.data[i].p) - entropy);
+    std::vector<size_t> idx(c.size);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t bb) { return scores[a] < scores[bb]; });
+    float cum_sum = 0.0f;
+    size_t last_idx = idx.size();
+    for (size_t i = 0; i < idx.size(); ++i) {
+        cum_sum += c.data[idx[i]].p;
+        if (cum_sum > p && (min_keep == 0 || i >= min_keep - 1)) {
+            last_idx = i + 1;
+            break;
+        }
+    }
+    std::vector<TokenData> out(last_idx);
+    for (size_t i = 0; i < last_idx; ++i) out[i] = c.data[idx[i]];
+    std::copy(out.begin(), out.end(), c.data);
+    c.size = last_idx;
+    c.sorted = false;
+    return packed(c);
+}
+
+// temp(records, n, sorted, temp): llama_sampler_temp_impl
+static PyObject *k_temp(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("temp", 4);
+    Buf b;
+    Cur c;
+    float t;
+    if (!cur_args(args, b, c) || !as_float(args[3], t)) return nullptr;
+    temp_impl(c, t);
+    return packed(c);
+}
+
+// as llama_sampler_temp_ext_apply (llama-sampler.cpp:2133)
+static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("temp_ext", 6);
+    Buf b;
+    Cur c;
+    float temp, delta, exponent;
+    if (!cur_args(args, b, c) || !as_float(args[3], temp) || !as_float(args[4], delta) ||
+        !as_float(args[5], exponent))
+        return nullptr;
+    if (!(delta > 0)) {
+        temp_impl(c, temp);
+        return packed(c);
+    }
+    const float min_temp = std::max(0.0f, temp - delta);
+    const float max_temp = temp + delta;
+    if (c.size <= 1) return packed(c);
+    const float max_entropy = -logf(1.0f / c.size);
+    softmax_impl(c, true);
+    float entropy = 0.0f;
+    for (size_t i = 0; i < c.size; ++i) {
+        const float prob = c.data[i].p;
+        if (prob > 0.0f) entropy -= prob * logf(prob);
+    }
+    const float normalized_entropy = entropy / max_entropy;
+    const float dyn_temp = min_temp + (max_temp - min_temp) * powf(normalized_entropy, exponent);
+    temp_impl(c, dyn_temp);
+    const double max_l_double = c.data[0].logit;
+    double cum_sum_double = 0.0;
+    for (size_t i = 0; i < c.size; ++i) {
+        const double pd = exp(c.data[i].logit - max_l_double);
+        c.data[i].p = pd;
+        cum_sum_double += pd;
+    }
+    for (size_t i = 0; i < c.size; ++i) c.data[i].p /= cum_sum_double;
+    return packed(c);
+}
+
+// xtc(records, n, sorted, threshold, min_keep) -> packed; the records are shifted down by pos_last (C moves its
+// data pointer): llama_sample_xtc_apply (llama-sampler.cpp:2344) after its draw said "apply"
+static PyObject *k_xtc(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("xtc", 5);
+    Buf b;
+    Cur c;
+    float thr;
+    size_t min_keep;
+    if (!cur_args(args, b, c) || !as_float(args[3], thr) || !as_size(args[4], min_keep)) return nullptr;
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, true);
+    size_t pos_last = 0;
+    for (size_t i = 0; i < c.size; ++i) {
+        if (c.data[i].p >= thr) {
+            pos_last = i;
+        } else {
+            break;
+        }
+    }
+    if (c.size - pos_last >= min_keep && pos_last > 0) {
+        std::memmove(c.data, c.data + pos_last, (c.size - pos_last) * sizeof(TokenData));
+        c.size -= pos_last;
+    }
+    return packed(c);
+}
+
+// dist(records, n, sorted, draws) -> selected: llama_sampler_dist_apply (llama-sampler.cpp:1150); draws are the two
+// generator outputs of uniform_real_distribution<double>'s generate_canonical (n >= 1)
+static PyObject *k_dist(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("dist", 4);
+    Buf b;
+    Cur c;
+    uint32_t u[2];
+    int nu;
+    if (!cur_args(args, b, c) || !as_u32s(args[3], u, nu)) return nullptr;
+    if (c.size == 0) return PyLong_FromLong(-1);
+    Replay g{u, nu, 0};
+    std::uniform_real_distribution<double> dist(0.0f, 1.0f);
+    if (c.size == 1) {
+        (void)dist(g);
+        c.data[0].p = 1.0f;
+        return PyLong_FromLong(0);
+    }
+    float max_l = c.data[0].logit;
+    if (!c.sorted) {
+        for (size_t i = 1; i < c.size; ++i) max_l = std::max(max_l, c.data[i].logit);
+    }
+    double sum_cum = 0.0f;
+    for (size_t i = 0; i < c.size; ++i) {
+        const float p = expf(c.data[i].logit - max_l);
+        c.data[i].p = p;
+        sum_cum += p;
+    }
+    const double rnd = dist(g);
+    double sum_run = 0.0f;
+    const double sum_tgt = sum_cum * rnd;
+    bool found = false;
+    size_t sel = 0;
+    for (size_t i = 0; i < c.size; ++i) {
+        if (!found) {
+            sum_run += c.data[i].p;
+            if (sum_run >= sum_tgt) {
+                sel = i;
+                found = true;
+            }
+        }
+        c.data[i].p /= sum_cum;
+    }
+    if (!found) sel = c.size - 1;
+    return PyLong_FromSize_t(sel);
+}
+
+// discrete(records, n, draws) -> index: llama_sample_dist (std::discrete_distribution<int>); fewer than two
+// records return 0 without a draw (libstdc++'s empty table)
+static PyObject *k_discrete(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("discrete", 3);
+    Buf b;
+    size_t n;
+    uint32_t u[2];
+    int nu;
+    if (!as_size(args[1], n) || !get_records(args[0], b, n) || !as_u32s(args[2], u, nu)) return nullptr;
+    Cur c{static_cast<TokenData *>(b.v.buf), n, false};
+    Replay g{u, nu, 0};
+    return PyLong_FromLong(sample_dist(c, g));
+}
+
+// adaptive_p(records, n, sorted, target, weighted_sum, total_weight, original_probs_out) -> packed: llama_sampler_adaptive_p_apply
+// (llama-sampler.cpp:3750) from its first softmax to the second (the draw is `discrete`); target >= 0 here
+static constexpr float AP_WIDTH_INV = 1.0f / 0.3f;
+static constexpr float AP_PEAK = 5.0f;
+static constexpr float AP_SHARP = 10.0f;
+
+static PyObject *k_adaptive_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("adaptive_p", 7);
+    Buf b, bo;
+    Cur c;
+    float tgt, weighted_sum, total_weight;
+    Floats orig;
+    if (!cur_args(args, b, c) || !as_float(args[3], tgt) || !as_float(args[4], weighted_sum) ||
+        !as_float(args[5], total_weight) || !get_floats(args[6], bo, orig, true))
+        return nullptr;
+    const float target = std::clamp(tgt, 0.0f, 1.0f);
+    const float at = std::clamp(total_weight == 0.0f ? target : 2.0f * target - (weighted_sum / total_weight), 0.0f, 1.0f);
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    if ((size_t)orig.n != c.size) return PyErr_Format(PyExc_ValueError, "original_probs has the wrong length");
+    softmax_impl(c, false);
+    for (size_t i = 0; i < c.size; ++i) orig[i] = c.data[i].p;
+    for (size_t i = 0; i < c.size; ++i) {
+        if (c.data[i].logit == -INFINITY) continue;
+        const float dist = std::abs((c.data[i].p - at) * AP_WIDTH_INV);
+        c.data[i].logit = AP_PEAK - AP_SHARP * dist * dist / (1.0f + dist);
+    }
+    softmax_impl(c, false);
+    return packed(c);
+}
+
+// mirostat(records, n, sorted, n_vocab, m, mu) -> packed: llama_sampler_mirostat_apply (llama-sampler.cpp:2460)
+// up to its draw
+static PyObject *k_mirostat(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("mirostat", 6);
+    Buf b;
+    Cur c;
+    float mu;
+    long n_vocab = PyLong_AsLong(args[3]);
+    long m = PyLong_AsLong(args[4]);
+    if (PyErr_Occurred() || !cur_args(args, b, c) || !as_float(args[5], mu)) return nullptr;
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, true);
+    float s_hat = 0.0;
+    float sum_ti_bi = 0.0;
+    float sum_ti_sq = 0.0;
+    for (size_t i = 0; i < size_t(int32_t(m) - 1) && i < c.size - 1; ++i) {
+        const float t_i = logf(float(i + 2) / float(i + 1));
+        const float b_i = logf(c.data[i].p / c.data[i + 1].p);
+        sum_ti_bi += t_i * b_i;
+        sum_ti_sq += t_i * t_i;
+    }
+    s_hat = sum_ti_bi / sum_ti_sq;
+    const float epsilon_hat = s_hat - 1;
+    const float k = powf((epsilon_hat * powf(2, mu)) / (1 - powf((float)(int32_t)n_vocab, -epsilon_hat)), 1 / s_hat);
+    const int ki = (std::fabs(k) < 2147483648.0f) ? int(k) : INT32_MIN;  // int(float) as cvttss2si
+    top_k_impl(c, std::max(ki, 1));
+    softmax_impl(c, true);
+    return packed(c);
+}
+
+// mirostat_v2(records, n, sorted, mu) -> packed: llama_sampler_mirostat_v2_apply (llama-sampler.cpp:2573) up to
+// its draw
+static PyObject *k_mirostat_v2(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("mirostat_v2", 4);
+    Buf b;
+    Cur c;
+    float mu;
+    if (!cur_args(args, b, c) || !as_float(args[3], mu)) return nullptr;
+    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    softmax_impl(c, true);
+    size_t i = 0;
+    while (i < c.size && !(-log2f(c.data[i].p) > mu)) ++i;
+    c.size = i == 0 ? 1 : i;
+    softmax_impl(c, true);
+    return packed(c);
+}
+
+// mirostat_mu(p, mu, tau, eta) -> the new mu: -log2f(p) - tau, mu - eta * e, in float
+static PyObject *k_mirostat_mu(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("mirostat_mu", 4);
+    float p, mu, tau, eta;
+    if (!as_float(args[0], p) || !as_float(args[1], mu) || !as_float(args[2], tau) || !as_float(args[3], eta))
+        return nullptr;
+    const float observed_surprise = -log2f(p);
+    const float e = observed_surprise - tau;
+    return PyFloat_FromDouble((double)(mu - eta * e));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// top-n-sigma (llama-sampler.cpp:3237) on a float buffer
+
+// The variance sum `float acc; acc += pow(l - mean, 2)` rounds twice per term: the double add, then the float.
+// Within one float binade [lo, hi) of acc (ulp u) every term's effect is fixed: the double add rounds the term to
+// the grid u * 2^-29 (acc is a multiple of u, so even on that grid), the float rounding then to the grid u, and
+// only an exact half-ulp remainder (a tie, whose even neighbour depends on acc) depends on acc.  So a block whose
+// terms have no tie and whose model sum a + u * sum(round(term)) stays below hi is that sum exactly (a term that
+// would leave the binade makes the model reach hi too, by monotonicity); other blocks run the plain loop.
+// pow(d, 2) of a float d promoted to double is d * d exactly (48 significant bits; glibc's pow is within 1 ulp).
+static float nsigma_var_sum(const Floats &lg, size_t n, float mean) {
+    constexpr size_t B = 128;
+    float acc = 0.0f;
+    size_t i = 0;
+    while (i < n) {
+        const size_t end = std::min(n, i + B);
+        if (acc >= 0x1p-120f && acc <= FLT_MAX) {
+            int e;
+            (void)std::frexp(acc, &e);  // acc = f * 2^e, f in [0.5, 1): binade [2^(e-1), 2^e)
+            const double a = acc;
+            const double hi = std::ldexp(1.0, e);
+            const double inv_u = std::ldexp(1.0, 24 - e);  // u = 2^(e-24)
+            double tot = 0.0;
+            bool bad = false;
+            for (size_t t = i; t < end; ++t) {
+                const float l = lg[t];
+                const float d = l - mean;
+                double dd = (double)d * (double)d;
+                if (l == -INFINITY) dd = 0.0;
+                const double r1 = (a + dd) - a;
+                const double x = r1 * inv_u;
+                const double rx = (x + 0x1p52) - 0x1p52;
+                const double fr = x - rx;
+                bad |= !(dd < 0x1p1000) || fr == 0.5 || fr == -0.5;
+                tot += rx;
+            }
+            if (!bad) {
+                const double s = a + tot / inv_u;
+                if (s < hi) {
+                    acc = (float)s;
+                    i = end;
+                    continue;
+                }
+            }
+        }
+        for (size_t t = i; t < end; ++t) {
+            const float l = lg[t];
+            if (l != -INFINITY) {
+                const float d = l - mean;
+                acc = (float)((double)acc + (double)d * (double)d);
+            }
+        }
+        i = end;
+    }
+    return acc;
+}
+
+// top_n_sigma(src, n, dst) -> None: dst (may be src) gets src with every logit below max - n * std set to -inf
+static PyObject *k_top_n_sigma(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("top_n_sigma", 3);
+    Buf bs, bd;
+    Floats src, dst;
+    float nsig;
+    if (!get_floats(args[0], bs, src, false) || !as_float(args[1], nsig)) return nullptr;
+    if (!get_floats(args[2], bd, dst, true)) return nullptr;
+    const size_t n = (size_t)src.n;
+    if ((size_t)dst.n != n) return PyErr_Format(PyExc_ValueError, "src and dst differ in length");
+    if (nsig <= 0.0f || n <= 1) {
+        if (dst.base != src.base)
+            for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+        Py_RETURN_NONE;
+    }
+    float mx = src[0];
+    float logits_sum = 0;
+    size_t valid_count = 0;
+    for (size_t i = 0; i < n; ++i) {
+        const float l = src[i];
+        if (l != -INFINITY) {
+            mx = std::max(mx, l);
+            logits_sum += l;
+            valid_count++;
+        }
+    }
+    const float mean = valid_count > 0 ? logits_sum / valid_count : 0;
+    const float acc = nsigma_var_sum(src, n, mean);
+    const float sd = valid_count > 0 ? std::sqrt(acc / valid_count) : 0;
+    const float thr = mx - (nsig * sd);
+    for (size_t i = 0; i < n; ++i) {
+        const float l = src[i];
+        dst[i] = (l < thr) ? -INFINITY : l;
+    }
+    Py_RETURN_NONE;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+static PyMethodDef methods[] = {
+    {"pack", (PyCFunction)(void (*)(void))k_pack, METH_FASTCALL, "pack(out, logits, ids, p): build records"},
+    {"top_k", (PyCFunction)(void (*)(void))k_top_k, METH_FASTCALL,
+     "top_k(logits, ids, p, k, out, nan_check) -> k: top-k of an unsorted array into records"},
+    {"top_k_rec", (PyCFunction)(void (*)(void))k_top_k_rec, METH_FASTCALL, "top_k_rec(rec, n, sorted, k)"},
+    {"softmax", (PyCFunction)(void (*)(void))k_softmax, METH_FASTCALL, "softmax(rec, n, sorted, do_sort)"},
+    {"top_p", (PyCFunction)(void (*)(void))k_top_p, METH_FASTCALL, "top_p(rec, n, sorted, p, min_keep)"},
+    {"min_p", (PyCFunction)(void (*)(void))k_min_p, METH_FASTCALL, "min_p(rec, n, sorted, p, min_keep)"},
+    {"typical", (PyCFunction)(void (*)(void))k_typical, METH_FASTCALL, "typical(rec, n, sorted, p, min_keep)"},
+    {"temp", (PyCFunction)(void (*)(void))k_temp, METH_FASTCALL, "temp(rec, n, sorted, temp)"},
+    {"temp_ext", (PyCFunction)(void (*)(void))k_temp_ext, METH_FASTCALL,
+     "temp_ext(rec, n, sorted, temp, delta, exponent)"},
+    {"xtc", (PyCFunction)(void (*)(void))k_xtc, METH_FASTCALL, "xtc(rec, n, sorted, threshold, min_keep)"},
+    {"dist", (PyCFunction)(void (*)(void))k_dist, METH_FASTCALL, "dist(rec, n, sorted, draws) -> selected"},
+    {"discrete", (PyCFunction)(void (*)(void))k_discrete, METH_FASTCALL, "discrete(rec, n, draws) -> index"},
+    {"adaptive_p", (PyCFunction)(void (*)(void))k_adaptive_p, METH_FASTCALL,
+     "adaptive_p(rec, n, sorted, target, weighted_sum, total_weight, original_probs_out)"},
+    {"mirostat", (PyCFunction)(void (*)(void))k_mirostat, METH_FASTCALL, "mirostat(rec, n, sorted, n_vocab, m, mu)"},
+    {"mirostat_v2", (PyCFunction)(void (*)(void))k_mirostat_v2, METH_FASTCALL, "mirostat_v2(rec, n, sorted, mu)"},
+    {"mirostat_mu", (PyCFunction)(void (*)(void))k_mirostat_mu, METH_FASTCALL, "mirostat_mu(p, mu, tau, eta)"},
+    {"top_n_sigma", (PyCFunction)(void (*)(void))k_top_n_sigma, METH_FASTCALL, "top_n_sigma(src, n, dst)"},
+    {nullptr, nullptr, 0, nullptr}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
+                                    "llama.cpp's sampler stages compiled (see sampler/kernels.py)", -1, methods,
+                                    nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }

@@ -1,0 +1,36 @@
+"""The compiled sampler stages (``sampler._kernels``, built from ``sampler/_kernels.cpp``), or None.
+
+The extension is optional: ``pip install -e .`` builds it (see pyproject.toml); without a compiler, or with
+``CONSTRAINED_PURE_PYTHON=1`` in the environment, :data:`K` is None and every stage runs its numpy port, the
+reference the kernels are tested against bit for bit (``tests/test_sampler_kernels.py``).
+
+The kernels work on a record array laid out as llama.cpp's ``llama_token_data`` (:data:`REC`: int32 id, float
+logit, float p), so libstdc++'s sorts order ties exactly as llama.cpp's do.
+
+Example:
+    >>> import numpy as np
+    >>> REC.itemsize
+    12
+    >>> (K is None) == (IMPORT_ERROR is not None or PURE)
+    True
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+
+import numpy as np
+
+__all__ = ["K", "REC", "PURE", "IMPORT_ERROR"]
+
+REC = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
+PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
+IMPORT_ERROR: str | None = None
+K: ModuleType | None = None
+if not PURE:
+    try:
+        from . import _kernels as K  # noqa: N812
+    except ImportError as e:  # not built (no compiler at install time)
+        IMPORT_ERROR = str(e)
+        K = None
