@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import heapselect, stdalgo
-from .kernels import K, REC
+from .kernels import REC, K
 
 _F32 = np.float32
 _BUCKET_SCALE = _F32(6.4)   # 128 / (10 - -10), in float

@@ -29,7 +29,7 @@ from .candidates import Candidates
 from .dist import Dist
 from .dry import Dry, process_breakers
 from .infill import Infill
-from .kernels import K, REC
+from .kernels import REC, K
 from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties

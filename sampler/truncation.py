@@ -18,8 +18,8 @@ import numpy as np
 
 from . import mathf, stdalgo
 from .candidates import Candidates, bucket_partial_sort
-from .kernels import K, REC
 from .dist import fsum_seq, rng_seed, scan_max, softmax
+from .kernels import REC, K
 from .nsigma import grid_sum, sq_dev_sum
 from .rng import Mt19937, uniform_real_float
 

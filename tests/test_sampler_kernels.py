@@ -1,0 +1,216 @@
+"""The compiled sampler stages (``sampler._kernels``) against the numpy port, bit for bit, and the build check.
+
+The stage-by-stage oracle tests (tests/test_sampler_oracle.py, ...) run the default path, which is the compiled one
+when it is built; here both paths run on the same inputs (plain, tied, -inf-heavy and extreme logits at 32,000 and
+262,144 tokens, every sampler family) and every stage's state must be the same bits. ``test_kernels_are_built``
+fails when the extension is missing, so a machine that could not build it never falls back silently; set
+``CONSTRAINED_PURE_PYTHON=1`` to ask for the numpy path on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from sampler import candidates, chain, dist, kernels, mirostat, temperature, truncation
+from sampler.candidates import Candidates
+from sampler.chain import Sampler
+from sampler.params import Params
+from tests.sampler_support import bits
+
+# the numpy reference warns on the extreme logits (overflowing sums and exps, as C computes them silently)
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
+
+# every module that binds the kernels (checked by test_every_kernel_user_is_listed)
+KERNEL_USERS = (candidates, chain, dist, mirostat, temperature, truncation)
+
+needs_kernels = pytest.mark.skipif(kernels.K is None, reason="the numpy path was asked for "
+                                   "(CONSTRAINED_PURE_PYTHON=1)" if kernels.PURE else "not built")
+
+
+def test_kernels_are_built() -> None:
+    if kernels.PURE:
+        pytest.skip("CONSTRAINED_PURE_PYTHON=1: the numpy path was asked for")
+    assert kernels.K is not None, (
+        f"sampler._kernels is not importable ({kernels.IMPORT_ERROR}); `pip install -e .` builds it (a C++17 "
+        "compiler is needed), or set CONSTRAINED_PURE_PYTHON=1 to run the numpy path on purpose")
+
+
+def test_every_kernel_user_is_listed() -> None:
+    root = Path(candidates.__file__).parent
+    users = {p.stem for p in root.glob("*.py") if re.search(r"from \.kernels import .*\bK\b", p.read_text())}
+    assert users == {m.__name__.rsplit(".", 1)[1] for m in KERNEL_USERS}
+
+
+@contextlib.contextmanager
+def numpy_path() -> Iterator[None]:
+    saved = [m.K for m in KERNEL_USERS]
+    for m in KERNEL_USERS:
+        m.K = None
+    try:
+        yield
+    finally:
+        for m, k in zip(KERNEL_USERS, saved, strict=True):
+            m.K = k
+
+
+CHAINS = {
+    "default": Params(seed=11),
+    "all-on": Params(seed=12, penalty_repeat=1.1, penalty_freq=0.1, penalty_present=0.1, penalty_last_n=64,
+                     dry_multiplier=0.8, dry_penalty_last_n=256, dry_sequence_breakers=(), top_n_sigma=2.0,
+                     typ_p=0.95, xtc_probability=1.0, xtc_threshold=0.01, dynatemp_range=0.3),
+    "nsigma": Params(seed=13, top_n_sigma=1.0),
+    "mirostat1": Params(seed=14, mirostat=1),
+    "mirostat2": Params(seed=15, mirostat=2),
+    "adaptive-p": Params(seed=16, adaptive_target=0.5, samplers=("top_k", "top_p", "min_p", "temperature",
+                                                                  "adaptive_p")),
+    # unsorted full-vocabulary entries: top-p's 256-bucket try, min-p's filter, typical's full sort, top-k's
+    # bucket path (k > 128), temperature 0 and dynamic temperature on the whole array
+    "unsorted": Params(seed=17, top_k=300, top_p=0.9, min_p=0.02, typ_p=0.9, dynatemp_range=0.5,
+                       samplers=("temperature", "top_p", "min_p", "typ_p", "top_k")),
+    "greedy-xtc": Params(seed=18, temp=0.0, xtc_probability=0.7, xtc_threshold=0.1, min_keep=3,
+                         samplers=("min_p", "xtc", "top_k", "temperature")),
+}
+
+
+def make_logits(rng: np.random.Generator, n: int, mode: str) -> np.ndarray:
+    x = rng.standard_normal(n).astype(np.float32) * np.float32(2.5)
+    if mode == "tied":
+        x = (np.round(x * 2) / 2).astype(np.float32)
+    elif mode == "inf":
+        x[rng.random(n) < 0.95] = -np.inf
+    elif mode == "extreme":
+        pick = rng.integers(0, 6, n)
+        x = np.where(pick == 0, np.float32(3e38), x)
+        x = np.where(pick == 1, np.float32(-3e38), x)
+        x = np.where(pick == 2, np.float32(1e-42), x)  # subnormal
+        x = np.where(pick == 3, np.float32(1e30), x)
+        x = x.astype(np.float32)
+    return x
+
+
+def snapshot(c: Candidates) -> tuple:
+    return (c.ids.copy(), bits(c.logits).copy(), bits(c.p).copy(), bool(c.sorted), int(c.selected))
+
+
+def run(s: Sampler, logits: np.ndarray, used: list[int] | None = None) -> list[tuple]:
+    cand = Candidates.from_logits(s._logits(logits))
+    out = []
+    assert s.steps is not None
+    for st in s.steps:
+        st.apply(cand)
+        if used is not None:
+            used.append(cand._rec is not None)  # the stage left its state in kernel records
+        out.append(snapshot(cand))
+    return out
+
+
+@needs_kernels
+@pytest.mark.parametrize("n", [32000, 262144])
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_kernel_and_numpy_paths_identical(name: str, n: int) -> None:
+    p = CHAINS[name]
+    rng = np.random.default_rng(n + len(name))
+    fast, ref = Sampler(p), Sampler(p)
+    hist = rng.integers(0, n, 300).tolist()
+    hist[150:] = hist[:150]  # repeats for DRY
+    for t in hist:
+        fast.accept(t)
+        ref.accept(t)
+    compared = 0
+    used: list[int] = []
+    for mode in ("plain", "tied", "inf", "extreme"):
+        for step in range(2):
+            lg = make_logits(rng, n, mode)
+            got = run(fast, lg, used)
+            with numpy_path():
+                want = run(ref, lg, used_ref := [])
+            assert not any(used_ref)
+            names = [st.name for st in fast.steps]
+            for i, (g, w) in enumerate(zip(got, want, strict=True)):
+                where = f"{name} n={n} {mode} step {step} after {names[i]}"
+                assert g[0].tolist() == w[0].tolist(), f"{where}: ids"
+                assert np.array_equal(g[1], w[1]), f"{where}: logits"
+                assert np.array_equal(g[2], w[2]), f"{where}: p"
+                assert g[3:] == w[3:], f"{where}: sorted/selected {g[3:]} vs {w[3:]}"
+                compared += 1
+            tok = int(got[-1][0][got[-1][4]])
+            fast.accept(tok)
+            ref.accept(tok)
+    assert compared >= 8 and any(used)
+
+
+@needs_kernels
+@pytest.mark.parametrize("mode", ["plain", "tied", "inf", "extreme", "allinf", "nan"])
+def test_sample_whole_chain_identical(mode: str) -> None:
+    """Sampler.sample (top-k first: the NaN check fused into the kernel's pass) on both paths."""
+    rng = np.random.default_rng(7)
+    for n in (32000, 262144):
+        fast, ref = Sampler(Params(seed=3)), Sampler(Params(seed=3))
+        for _ in range(3):
+            lg = make_logits(rng, n, "plain" if mode in ("allinf", "nan") else mode)
+            if mode == "allinf":
+                lg[:] = -np.inf
+            if mode == "nan":
+                lg[rng.integers(0, n)] = np.nan
+                for s, ctx in ((fast, contextlib.nullcontext()), (ref, numpy_path())):
+                    with ctx, pytest.raises(ValueError, match="NaN"):
+                        s.sample(lg)
+                continue
+            a = fast.sample(lg)
+            with numpy_path():
+                b = ref.sample(lg)
+            assert a == b
+            assert fast.cur is not None and ref.cur is not None
+            g, w = snapshot(fast.cur), snapshot(ref.cur)
+            assert all(np.array_equal(x, y) for x, y in zip(g[:3], w[:3], strict=True)) and g[3:] == w[3:]
+            fast.accept(a)
+            ref.accept(b)
+
+
+@needs_kernels
+def test_top_n_sigma_bulk_sum_edges() -> None:
+    """The variance sum's bulk blocks (one float binade, no tie) against the plain loop the kernel falls back to,
+    through the C oracle-checked numpy port: sums crossing binades, exact half-ulp ties, huge and tiny terms."""
+    rng = np.random.default_rng(5)
+    cases = []
+    for _ in range(6):
+        cases.append((rng.standard_normal(262144) * 3).astype(np.float32))
+    cases.append(np.round(rng.standard_normal(262144) * 4).astype(np.float32) / np.float32(2))  # many exact ties
+    cases.append(np.full(262144, 0.5, np.float32))                    # zero variance: acc stays 0
+    x = np.zeros(262144, np.float32)
+    x[::2] = 1.0                                                      # squares of 0.5: exact quarter terms
+    cases.append(x)
+    y = (rng.standard_normal(262144) * 1e-20).astype(np.float32)      # tiny terms (near-subnormal squares)
+    cases.append(y)
+    z = (rng.standard_normal(262144) * 1e18).astype(np.float32)       # huge terms (squares beyond float)
+    cases.append(z)
+    for x in cases:
+        for nsig in (0.5, 1.0, 3.0):
+            a = Candidates.from_logits(x)
+            b = Candidates.from_logits(x)
+            truncation.TopNSigma(nsig).apply(a)
+            with numpy_path():
+                truncation.TopNSigma(nsig).apply(b)
+            assert np.array_equal(bits(a.logits), bits(b.logits))
+
+
+@needs_kernels
+def test_records_round_trip() -> None:
+    """Record mode and the three arrays convert losslessly (ids, logit and p bits, order)."""
+    rng = np.random.default_rng(9)
+    lg = rng.standard_normal(1000).astype(np.float32)
+    c = Candidates.from_logits(lg)
+    c.take(rng.permutation(1000)[:700])
+    c.p = rng.random(700).astype(np.float32)
+    want = snapshot(c)
+    c.records()
+    assert c.size == 700 and not c.identity
+    assert [x.tolist() if isinstance(x, np.ndarray) else x for x in snapshot(c)] == \
+        [x.tolist() if isinstance(x, np.ndarray) else x for x in want]
+    assert c.token(5) == int(want[0][5])
