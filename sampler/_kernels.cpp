@@ -812,6 +812,7 @@ static float nsigma_var_sum(const Floats &lg, size_t n, float mean) {
     constexpr size_t B = 128;
     float acc = 0.0f;
     size_t i = 0;
+    const float *lp = lg.stride == 4 ? reinterpret_cast<const float *>(lg.base) : nullptr;
     while (i < n) {
         const size_t end = std::min(n, i + B);
         if (acc >= 0x1p-120f && acc <= FLT_MAX) {
@@ -822,6 +823,33 @@ static float nsigma_var_sum(const Floats &lg, size_t n, float mean) {
             const double inv_u = std::ldexp(1.0, 24 - e);  // u = 2^(e-24)
             double tot = 0.0;
             bool bad = false;
+#ifdef __SSE2__
+            if (lp && end - i == B) {  // the same per term, two doubles at a time (the sum of integers is exact)
+                const __m128 mean4 = _mm_set1_ps(mean), ninf4 = _mm_set1_ps(-INFINITY);
+                const __m128d a2 = _mm_set1_pd(a), iu2 = _mm_set1_pd(inv_u), mg2 = _mm_set1_pd(0x1p52);
+                const __m128d half2 = _mm_set1_pd(0.5), big2 = _mm_set1_pd(0x1p1000);
+                const __m128d absmask = _mm_castsi128_pd(_mm_set1_epi64x(0x7FFFFFFFFFFFFFFFLL));
+                __m128d t0 = _mm_setzero_pd(), t1 = _mm_setzero_pd(), badv = _mm_setzero_pd();
+                for (size_t t = i; t < end; t += 4) {
+                    const __m128 l4 = _mm_loadu_ps(lp + t);
+                    const __m128 d4 = _mm_andnot_ps(_mm_cmpeq_ps(l4, ninf4), _mm_sub_ps(l4, mean4));  // -inf: 0
+                    const __m128d dl = _mm_cvtps_pd(d4), dh = _mm_cvtps_pd(_mm_movehl_ps(d4, d4));
+                    const __m128d ddl = _mm_mul_pd(dl, dl), ddh = _mm_mul_pd(dh, dh);
+                    const __m128d xl = _mm_mul_pd(_mm_sub_pd(_mm_add_pd(a2, ddl), a2), iu2);
+                    const __m128d xh = _mm_mul_pd(_mm_sub_pd(_mm_add_pd(a2, ddh), a2), iu2);
+                    const __m128d rl = _mm_sub_pd(_mm_add_pd(xl, mg2), mg2), rh = _mm_sub_pd(_mm_add_pd(xh, mg2), mg2);
+                    const __m128d fl = _mm_and_pd(_mm_sub_pd(xl, rl), absmask), fh = _mm_and_pd(_mm_sub_pd(xh, rh), absmask);
+                    badv = _mm_or_pd(badv, _mm_or_pd(_mm_cmpeq_pd(fl, half2), _mm_cmpeq_pd(fh, half2)));
+                    badv = _mm_or_pd(badv, _mm_or_pd(_mm_cmpnlt_pd(ddl, big2), _mm_cmpnlt_pd(ddh, big2)));
+                    t0 = _mm_add_pd(t0, rl);
+                    t1 = _mm_add_pd(t1, rh);
+                }
+                double lanes[2];
+                _mm_storeu_pd(lanes, _mm_add_pd(t0, t1));
+                tot = lanes[0] + lanes[1];
+                bad = _mm_movemask_pd(badv) != 0;
+            } else
+#endif
             for (size_t t = i; t < end; ++t) {
                 const float l = lg[t];
                 const float d = l - mean;
@@ -873,19 +901,33 @@ static PyObject *k_top_n_sigma(PyObject *, PyObject *const *args, Py_ssize_t nar
     float mx = src[0];
     float logits_sum = 0;
     size_t valid_count = 0;
+    // branch-free: std::max(mx, -inf) is mx, and adding +0 for a -inf is adding nothing (the sum starts at +0 and
+    // an exact cancellation gives +0, so it is never -0)
     for (size_t i = 0; i < n; ++i) {
         const float l = src[i];
-        if (l != -INFINITY) {
-            mx = std::max(mx, l);
-            logits_sum += l;
-            valid_count++;
-        }
+        const bool ok = l != -INFINITY;
+        mx = std::max(mx, l);
+        logits_sum += ok ? l : 0.0f;
+        valid_count += ok;
     }
     const float mean = valid_count > 0 ? logits_sum / valid_count : 0;
     const float acc = nsigma_var_sum(src, n, mean);
     const float sd = valid_count > 0 ? std::sqrt(acc / valid_count) : 0;
     const float thr = mx - (nsig * sd);
-    for (size_t i = 0; i < n; ++i) {
+    size_t i = 0;
+#ifdef __SSE2__
+    if (src.stride == 4 && dst.stride == 4) {
+        const float *sp = reinterpret_cast<const float *>(src.base);
+        float *dp = reinterpret_cast<float *>(dst.base);
+        const __m128 thr4 = _mm_set1_ps(thr), ninf4 = _mm_set1_ps(-INFINITY);
+        for (; i + 4 <= n; i += 4) {
+            const __m128 l4 = _mm_loadu_ps(sp + i);
+            const __m128 m = _mm_cmplt_ps(l4, thr4);  // NaN: false, kept
+            _mm_storeu_ps(dp + i, _mm_or_ps(_mm_and_ps(m, ninf4), _mm_andnot_ps(m, l4)));
+        }
+    }
+#endif
+    for (; i < n; ++i) {
         const float l = src[i];
         dst[i] = (l < thr) ? -INFINITY : l;
     }
