@@ -27,7 +27,7 @@ from typing import Any
 
 from .template import ChatTemplateError, ChatTemplates
 
-__all__ = ["Reasoning", "analyze_reasoning", "diff_split", "segmentize_markers", "trim_whitespace"]
+__all__ = ["Content", "Reasoning", "analyze_content", "analyze_reasoning", "diff_split", "segmentize_markers", "trim_whitespace"]
 
 # chat-diff-analyzer.cpp:24-34, the probe texts
 FUN_FIRST = "FFF_FIRST_FUN_F"
@@ -40,6 +40,7 @@ THINKING_CONTENT = "REASON_PART I am thinking END_R"
 CALL_ID_001 = "call00001"
 
 _WS = b" \t\n\v\f\r"                       # C isspace
+_WS_SET = {bytes([c]) for c in _WS}
 _SP = rb"[ \t\n\v\f\r]*"                   # common_peg_space_parser
 _MARK = rb"(?:<[^>]*>|\[[^\]]*\])"         # common_peg_parser_builder::marker (peg-parser.cpp:1365)
 
@@ -324,3 +325,73 @@ def _caps_tool_calls(t: ChatTemplates) -> bool:
     from .caps import template_caps
 
     return bool(template_caps(t.source)["supports_tool_calls"])
+
+
+@dataclass
+class Content:
+    """``analyze_content``: ``mode`` is ``"plain"``, ``"always_wrapped"`` or ``"wrapped_with_reasoning"``;
+    ``start`` / ``end`` the markers around an assistant message's content."""
+
+    mode: str = "plain"
+    start: str = ""
+    end: str = ""
+
+    @property
+    def always_wrapped(self) -> bool:
+        """``is_always_wrapped`` (chat-diff-analyzer.cpp:764)."""
+        return self.mode == "always_wrapped" and bool(self.start) and bool(self.end)
+
+
+def analyze_content(t: ChatTemplates, reasoning: Reasoning | None = None) -> Content:
+    """``analyze_content`` (chat-diff-analyzer.cpp:677) and the content workarounds of ``analyze_template``: the
+    assistant content diffed against a tool-call turn and a reasoning turn; markers around it if it is wrapped."""
+    cached = getattr(t, "_content", None)
+    if cached is not None:
+        return cached
+    r = reasoning or analyze_reasoning(t)
+    out = _content(t, r)
+    src = t.source                                              # chat-diff-analyzer.cpp:36-205, content parts
+    if ("Write your thoughts between <think></think> and write your response between <response></response>"
+            in src):
+        out = Content("wrapped_with_reasoning", "<response>", "</response>")       # Granite 3.3
+    if "<|CHATBOT_TOKEN|>" in src and "<|END_OF_TURN_TOKEN|>" in src and not out.start:
+        out = Content("always_wrapped", "<|CHATBOT_TOKEN|>", "<|END_OF_TURN_TOKEN|>")  # Command R+
+    if ('set has_code_interpreter = tools | selectattr("type", "equalto", "code_interpreter") | list | length > 0'
+            in src):
+        out = Content("plain", out.start, "")                                   # Functionary 3.1
+    if all(k in src for k in ("<SPECIAL_10>", "<SPECIAL_11>", "<SPECIAL_12>", "<TOOL_RESPONSE>")):
+        out = Content("plain", "", "")                                          # Nemotron Nano v2
+    t._content = out  # type: ignore[attr-defined]
+    return out
+
+
+def _content(t: ChatTemplates, r: Reasoning) -> Content:
+    user = _user()
+    only = {"role": "assistant", "content": ASSISTANT_MSG}
+    call = {"id": CALL_ID_001, "type": "function", "function": {"name": "test_func", "arguments": {"arg1": "value1"}}}
+    with_tools = {"role": "assistant", "content": "", "tool_calls": [call]}
+    with_r = {"role": "assistant", "content": "", "reasoning_content": THINKING_CONTENT}
+    tools = _probe_tools()
+    a = _probe_render(t, [user, only], False, True, tools)
+    bt = _probe_render(t, [user, with_tools], False, True, tools)
+    br = _probe_render(t, [user, with_r], False, True, tools)
+    if a is None or bt is None or br is None:
+        return Content()
+    tools_left = diff_split(a, bt)[2]
+    reason_left = diff_split(a, br)[2]
+    resp = ASSISTANT_MSG.encode()
+    end = r.end.encode()
+    if trim_whitespace(tools_left) == resp:
+        # space, the diff itself, space, optional marker, space, end: only a diff that starts with no whitespace
+        if not reason_left or reason_left[:1] not in _WS_SET:
+            return Content()
+        if r.mode != "none" and end and re.search(re.escape(end) + _SP + re.escape(resp), reason_left, re.S):
+            return Content()
+    rdiff = reason_left
+    if end and end in rdiff:
+        rdiff = rdiff[rdiff.find(end) + len(end):]
+    pure = rdiff if len(rdiff) > len(tools_left) else tools_left
+    m = re.search(b"(" + _MARK + _SP + b")" + re.escape(resp) + _SP + b"(" + _MARK + _SP + b")", pure, re.S)
+    if not m:
+        return Content()
+    return Content("always_wrapped", m.group(1).decode("utf-8", "replace"), m.group(2).decode("utf-8", "replace"))

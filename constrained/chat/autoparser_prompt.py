@@ -17,12 +17,13 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .autoparser import analyze_reasoning
 from .template import ChatTemplates
 
-__all__ = ["render_content", "server_prompt", "specialized_handler", "supports_thinking"]
+__all__ = ["Applied", "render_content", "server_apply", "server_prompt", "specialized_handler", "supports_thinking"]
 
 
 def specialized_handler(src: str) -> str | None:
@@ -182,11 +183,22 @@ def _continuation(t: ChatTemplates, handler: str | None, prompt: str, gen: str, 
     return out + (c if content else "")
 
 
-def server_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], *, add_generation_prompt: bool = True,
-                  continue_final_message: bool = False, tools: Any = None,
-                  chat_template_kwargs: dict[str, Any] | None = None, enable_thinking: bool = True) -> str:
-    """The prompt ``common_chat_templates_apply`` gives for ``msgs`` (as the request has them, before the
-    template's workarounds, which this applies): with ``continue_final_message`` the last message is continued.
+@dataclass
+class Applied:
+    """``common_chat_params``' texts: the ``prompt``; the ``generation_prompt`` the reply is parsed after (with a
+    prefill, the appended continuation); ``parser_generation_prompt``, the one the autoparser's parser was built
+    with (chat-auto-parser-generator.cpp:43)."""
+
+    prompt: str
+    generation_prompt: str
+    parser_generation_prompt: str
+
+
+def server_apply(t: ChatTemplates, msgs: list[dict[str, Any]], *, add_generation_prompt: bool = True,
+                 continue_final_message: bool = False, tools: Any = None,
+                 chat_template_kwargs: dict[str, Any] | None = None, enable_thinking: bool = True) -> Applied:
+    """What ``common_chat_templates_apply`` gives for ``msgs`` (as the request has them, before the template's
+    workarounds, which this applies): with ``continue_final_message`` the last message is continued.
 
     Raises:
         ChatTemplateError: the template fails to render.
@@ -204,9 +216,19 @@ def server_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], *, add_generatio
         i = prompt.rfind("<|return|>")
         if i >= 0:
             prompt = prompt[:i] + "<|end|>" + prompt[i + len("<|return|>"):]
-    if last is None or _msg_empty(last):
-        return prompt
-    # COMMON_CHAT_CONTINUATION_AUTO (chat.cpp:1262): reasoning only when the message has nothing else
-    content = not (last.get("reasoning_content") and not last.get("content"))
-    gen = _gen_prompt(t, prepared, **kw)
-    return prompt + _continuation(t, handler, prompt, gen, last, content)
+    gen = "<|start|>assistant" if handler == "muse_glimmer" else _gen_prompt(t, prepared, **kw)
+    if handler == "gemma4" and add_generation_prompt and prompt.endswith("<turn|>\n"):    # gemma4.cpp:158
+        gen = "<|turn>model\n"
+        prompt += gen
+    parser_gen = gen
+    if last is not None and not _msg_empty(last):
+        # COMMON_CHAT_CONTINUATION_AUTO (chat.cpp:1262): reasoning only when the message has nothing else
+        content = not (last.get("reasoning_content") and not last.get("content"))
+        gen = _continuation(t, handler, prompt, gen, last, content)
+        prompt += gen
+    return Applied(prompt, gen, parser_gen)
+
+
+def server_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], **kw: Any) -> str:
+    """:func:`server_apply`'s prompt (same arguments)."""
+    return server_apply(t, msgs, **kw).prompt

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from ..chat import ChatTemplateError, ChatTemplates
@@ -23,8 +24,23 @@ from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
-__all__ = ["ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json", "parser_for",
+__all__ = ["REASONING_FORMATS", "AutoChatParser", "AutoParserSpec", "ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json", "parser_for",
            "response_format_grammar"]
+
+
+# common_reasoning_format_from_name's names (chat.cpp:889)
+REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+
+def _json_type(v: Any) -> str:
+    # nlohmann's type_name
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    return {dict: "object", list: "array"}.get(type(v), "string")
 
 
 def _bad(msg: str) -> HttpError:
@@ -48,8 +64,10 @@ def _jv(d: Any, key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
 
 
 def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, prefill_assistant: bool = True,
-                chat_template_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The ``/completion`` body a chat request becomes (``prompt`` rendered, grammar chosen)."""
+                chat_template_kwargs: dict[str, Any] | None = None,
+                reasoning_format: str = "deepseek") -> dict[str, Any]:
+    """The ``/completion`` body a chat request becomes (``prompt`` rendered, grammar chosen). ``reasoning_format``
+    is the server's ``--reasoning-format`` (the request's field wins)."""
     out: dict[str, Any] = {}
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
@@ -115,6 +133,13 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         raise _bad("Cannot set both add_generation_prompt and continue_final_message to true.")
     if continuation and msgs and msgs[-1]["role"] == "assistant" and msgs[-1].get("tool_calls"):
         raise _bad("Cannot continue an assistant message that contains tool calls.")
+    if "reasoning_format" in body:          # common_reasoning_format_from_name (chat.cpp:889)
+        rf = body["reasoning_format"]
+        if not isinstance(rf, str):
+            raise _server("[json.exception.type_error.302] type must be string, but is " + _json_type(rf))
+        if rf not in REASONING_FORMATS:
+            raise _server(f"Unknown reasoning format: {rf}")
+        reasoning_format = rf
     if has_tools and tool_choice != "none":
         if "grammar" in body:
             raise _bad("Cannot use custom grammar constraints with tools.")
@@ -144,10 +169,15 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         raise _bad('invalid type for "enable_thinking" (expected boolean, got string)')
     if isinstance(et, bool):
         enable_thinking = et
+    applied = None
     try:
         if jinja:
-            prompt = _render_jinja(templates, msgs, add_gen, continuation, tools if has_tools else None,
-                                   kwargs, enable_thinking)
+            from ..chat.autoparser_prompt import server_apply
+
+            applied = server_apply(templates, msgs, add_generation_prompt=add_gen, continue_final_message=continuation,
+                                   tools=tools if has_tools else None, chat_template_kwargs=kwargs,
+                                   enable_thinking=enable_thinking)
+            prompt = applied.prompt
         else:
             prompt = templates.apply_legacy(msgs, add_gen)
     except ChatTemplateError as e:
@@ -173,7 +203,10 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             out["grammar_type"] = "tool_calls"
     gen_prompt = ""
     if jinja:
-        gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
+        if tool_plan is None and applied is not None:
+            gen_prompt = applied.parser_generation_prompt
+        else:
+            gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
         if not _empty(json_schema):
             try:
                 out["grammar"] = response_format_grammar(json_schema, gen_prompt)
@@ -185,10 +218,21 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
+        if tool_plan is None and _empty(json_schema):    # the autoparser's content parser, reasoning split out
+            from ..chat.autoparser import analyze_content, analyze_reasoning
+            from ..chat.autoparser_prompt import specialized_handler
+
+            if specialized_handler(templates.source) is None:
+                r = analyze_reasoning(templates)
+                c = analyze_content(templates, r)
+                if r.mode != "none" or c.always_wrapped:
+                    out["_autoparser"] = AutoParserSpec(gen_prompt, r.mode, r.start, r.end, c.start if
+                                                        c.always_wrapped else "", c.end if c.always_wrapped else "",
+                                                        reasoning_format != "none")
     out["grammar_lazy"] = False
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []
-    out["generation_prompt"] = gen_prompt
+    out["generation_prompt"] = applied.generation_prompt if tool_plan is None and applied is not None else gen_prompt
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
@@ -280,14 +324,6 @@ def _parse_msg(m: Any) -> dict[str, Any]:
     return out
 
 
-def _render_jinja(t: ChatTemplates, msgs: list[dict[str, Any]], add_gen: bool, continuation: bool,
-                  tools: Any, kwargs: dict[str, Any], enable_thinking: bool) -> str:
-    from ..chat.autoparser_prompt import server_prompt
-
-    return server_prompt(t, msgs, add_generation_prompt=add_gen, continue_final_message=continuation, tools=tools,
-                         chat_template_kwargs=kwargs, enable_thinking=enable_thinking)
-
-
 class ContentParser:
     """The chat output parser for templates without tool calls or reasoning (``Content-only``): the message is
     the generated text; each update's diff is the appended text."""
@@ -332,6 +368,90 @@ class ResponseFormatParser(ContentParser):
         return message_json(body), diffs
 
 
+@dataclass
+class AutoParserSpec:
+    """What the autoparser's chat parser is built from (``autoparser::build_parser``): the generation prompt it was
+    built with, the reasoning mode and markers, the content markers (when always wrapped) and whether reasoning is
+    extracted (``reasoning_format`` is not ``none``)."""
+
+    generation_prompt: str
+    mode: str
+    start: str
+    end: str
+    content_start: str = ""
+    content_end: str = ""
+    extract: bool = True
+
+
+class AutoChatParser(ContentParser):
+    """The autoparser's chat parser for a template without tools (chat-auto-parser-generator.cpp:97-160): the
+    generation prompt up to the reasoning start (then optional whitespace, unless the template has no reasoning),
+    ``optional(start reasoning until end)`` when reasoning is extracted, and the content (the rest, or between the
+    template's content markers), parsed leniently on the generation prompt and the text (``common_chat_peg_parse``).
+    Updates are diffs of the messages (``task_result_state::update_chat_msg``); an empty message is no update.
+
+    >>> p = AutoChatParser(AutoParserSpec("<|im_start|>assistant\\n", "tag_based", "<think>\\n", "\\n</think>\\n\\n"),
+    ...                    "<|im_start|>assistant\\n")
+    >>> p.update("<think>\\nHm", True)[1], p.update("m.\\n</think>\\n\\nHi", False)
+    ([{'reasoning_content': 'Hm'}], ({'role': 'assistant', 'content': 'Hi', 'reasoning_content': 'Hmm.\\n'}, [{'reasoning_content': 'm.\\n'}, {'content': 'Hi'}]))
+    """
+
+    def __init__(self, spec: AutoParserSpec, generation_prompt: str) -> None:
+        super().__init__()
+        from .tools_peg import CONTENT, ChatMessage, _End, _Eps, _Lit, _reasoning, _Seq, _Space, _Until, _Wrap
+
+        extracting = spec.extract and spec.mode != "none"
+
+        class _Fmt:
+            reasoning = (spec.start, spec.end) if extracting and spec.end else None
+
+        rp = _reasoning(_Fmt) if _Fmt.reasoning else _Eps()
+        cs, ce = spec.content_start, spec.content_end
+        if cs and ce:                              # analyze_content::build_parser, always wrapped
+            lead = rp if extracting else _Wrap(CONTENT, _Until(cs))
+            body = _Seq(lead, _Lit(cs), _Wrap(CONTENT, _Until(ce)), _Lit(ce), _End())
+        else:
+            body = _Seq(rp, _Wrap(CONTENT, _Until()), _End())
+        rs = spec.start.strip(" \t\n\v\f\r")          # p.prefix(generation_prompt, trim(reasoning.start))
+        gp = spec.generation_prompt
+        prefix = gp[:gp.find(rs)] if rs and rs in gp else gp
+        head = _Lit(prefix) if prefix else _Eps()
+        self.peg = _Seq(head, body) if spec.mode == "none" else _Seq(head, _Space(), body)
+        self.input_prefix = generation_prompt      # common_chat_peg_parse parses generation_prompt + text
+        self.msg = ChatMessage()
+        self.parse_error: str | None = None
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        from .tools_api import compute_diffs
+        from .tools_peg import FAIL, ChatMessage, _Mapper
+
+        self.text += added
+        r = self.peg.parse(self.input_prefix + self.text, 0)
+        if r.type == FAIL:
+            if is_partial:                         # no update (llama-server: an error event at the start)
+                return self._json(), []
+            # llama-server: HTTP 500 "The model produced output that does not match the expected peg-native
+            # format"; ours: the whole text as content, with parse_error
+            self.parse_error = "The model produced output that does not match the expected peg-native format"
+            new = ChatMessage(self.text)
+        else:
+            m = _Mapper()
+            for n in r.nodes:
+                m.visit(n)
+            new = m.finish()
+        diffs: list[dict[str, Any]] = []
+        if not new.empty():
+            diffs = compute_diffs(self.msg, new)
+            self.msg = new
+        return self._json(), diffs
+
+    def _json(self) -> dict[str, Any]:
+        m = message_json(self.msg.content, self.msg.reasoning_content)
+        if self.parse_error:
+            m["parse_error"] = self.parse_error
+        return m
+
+
 def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """``common_chat_msg::to_json_oaicompat`` (content is ``""``, never null)."""
     m: dict[str, Any] = {"role": "assistant", "content": content}
@@ -348,7 +468,11 @@ def dumps_compact(v: Any) -> str:
 
 def parser_for(body: dict[str, Any]) -> Any:
     """The chat output parser factory for a ``chat_params`` body: ``response_format``'s, the tool-call one
-    (``tools_api.ToolCallParser``), or ``None`` (content only)."""
+    (``tools_api.ToolCallParser``), the autoparser's (:class:`AutoChatParser`) or ``None`` (content only)."""
+    spec = body.get("_autoparser")
+    if isinstance(spec, AutoParserSpec):
+        gen_prompt = body.get("generation_prompt") or ""
+        return lambda: AutoChatParser(spec, gen_prompt)
     if body.get("_response_format"):
         return ResponseFormatParser
     from .tools_api import ToolCallParser, ToolPlan
