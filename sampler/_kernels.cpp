@@ -61,6 +61,24 @@ struct Replay {
 // first k of a partial_sort over {the first k} + {every later element that gets in} are the same records in the
 // same order.  A float min-heap shadows the heap's values to find those elements in one pass; NaN logits among
 // the first k (where the shadow's order would break) take the plain partial_sort.
+// A binary min-heap of floats (no NaN): replace its minimum by v, sift down, return the new minimum.  Only the
+// heap's minimum is ever read, so its layout need not be libstdc++'s.
+static inline float replace_min(float *h, size_t k, float v) {
+    // the heap is padded to an even size with +inf (see top_select), so both children exist whenever the left one
+    // does, and the child is chosen without a branch (a mispredicted branch per level costs more than the heap)
+    size_t i = 0;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= k) break;
+        c += h[c + 1] < h[c];
+        if (!(h[c] < v)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    h[i] = v;
+    return h[0];
+}
+
 // Returns whether any logit is NaN.
 template <class Get>
 static bool top_select(size_t n, size_t k, Get get, TokenData *out, const float *contiguous = nullptr) {
@@ -68,7 +86,7 @@ static bool top_select(size_t n, size_t k, Get get, TokenData *out, const float 
     std::vector<TokenData> buf;
     buf.reserve(std::min(n, k * 8 + 64));
     std::vector<float> shadow;
-    shadow.reserve(k);
+    shadow.reserve(k + 1);
     bool nan_head = false;
     for (size_t i = 0; i < k; ++i) {
         TokenData t = get(i);
@@ -81,16 +99,14 @@ static bool top_select(size_t n, size_t k, Get get, TokenData *out, const float 
         for (size_t i = k; i < n; ++i) buf.push_back(get(i));
     } else {
         std::make_heap(shadow.begin(), shadow.end(), std::greater<float>());
+        shadow.push_back(INFINITY);  // the padding replace_min reads (never moves up: nothing is above +inf)
         float low = shadow.front();
         auto visit = [&](size_t i) {
-            TokenData t = get(i);
+            const TokenData t = get(i);
             nan_seen |= t.logit != t.logit;
             if (t.logit > low) {
                 buf.push_back(t);
-                std::pop_heap(shadow.begin(), shadow.end(), std::greater<float>());
-                shadow.back() = t.logit;
-                std::push_heap(shadow.begin(), shadow.end(), std::greater<float>());
-                low = shadow.front();
+                low = replace_min(shadow.data(), k, t.logit);
             }
         };
         size_t i = k;
@@ -108,7 +124,16 @@ static bool top_select(size_t n, size_t k, Get get, TokenData *out, const float 
                                             _mm_or_ps(_mm_cmpunord_ps(c, c), _mm_cmpunord_ps(d, d)));
                 nan_seen |= _mm_movemask_ps(un) != 0;
                 if (_mm_movemask_ps(gt) != 0) {
-                    for (size_t j = i; j < i + 16; ++j) visit(j);
+                    // visit only the elements above the top when the chunk started (in order: the top only
+                    // rises, so none of the others can get in)
+                    unsigned m = (unsigned)_mm_movemask_ps(_mm_cmpgt_ps(a, thr)) |
+                                 ((unsigned)_mm_movemask_ps(_mm_cmpgt_ps(b, thr)) << 4) |
+                                 ((unsigned)_mm_movemask_ps(_mm_cmpgt_ps(c, thr)) << 8) |
+                                 ((unsigned)_mm_movemask_ps(_mm_cmpgt_ps(d, thr)) << 12);
+                    while (m) {
+                        visit(i + (size_t)__builtin_ctz(m));
+                        m &= m - 1;
+                    }
                 }
             }
         }
@@ -321,6 +346,14 @@ static bool as_size(PyObject *o, size_t &out) {
     return true;
 }
 
+// min_keep: llama.cpp's size_t from an int (a negative value wraps, as the C conversion does)
+static bool as_keep(PyObject *o, size_t &out) {
+    long long v = PyLong_AsLongLong(o);
+    if (v == -1 && PyErr_Occurred()) return false;
+    out = (size_t)v;
+    return true;
+}
+
 static bool as_float(PyObject *o, float &out) {
     double v = PyFloat_AsDouble(o);
     if (v == -1.0 && PyErr_Occurred()) return false;
@@ -455,15 +488,8 @@ static PyObject *k_softmax(PyObject *, PyObject *const *args, Py_ssize_t nargs) 
 }
 
 // as llama_sampler_top_p_apply (llama-sampler.cpp:1549)
-static PyObject *k_top_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("top_p", 5);
-    Buf b;
-    Cur c;
-    float p;
-    size_t min_keep;
-    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
-    if (p >= 1.0f) return packed(c);
-    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+static void top_p_impl(Cur &c, float p, size_t min_keep) {
+    if (p >= 1.0f) return;
     softmax_impl(c, false);
     size_t k = c.size;
     TokenData *pdata = c.data;
@@ -495,34 +521,25 @@ static PyObject *k_top_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         c.sorted = true;
     }
     c.size = last_idx;
-    return packed(c);
 }
 
 // as llama_sampler_min_p_apply (llama-sampler.cpp:1749)
-static PyObject *k_min_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("min_p", 5);
-    Buf b;
-    Cur c;
-    float p;
-    size_t min_keep;
-    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
-    if (p <= 0.0f || c.size == 0) return packed(c);
+static void min_p_impl(Cur &c, float p, size_t min_keep) {
+    if (p <= 0.0f || c.size == 0) return;
     const float lp = logf(p);
     bool applied = false;
     if (!c.sorted) {
         float max_logit = -FLT_MAX;
         for (size_t i = 0; i < c.size; ++i) max_logit = std::max(max_logit, c.data[i].logit);
         const float min_logit = max_logit + lp;
-        size_t m = 0;  // filtered in place, in order (a stable compaction: the same records as the copy)
         std::vector<TokenData> kept;
         kept.reserve(c.size);
         for (size_t i = 0; i < c.size; ++i) {
             if (c.data[i].logit >= min_logit) kept.push_back(c.data[i]);
         }
-        m = kept.size();
-        if (m > 0 && m >= min_keep) {
+        if (!kept.empty() && kept.size() >= min_keep) {
             std::copy(kept.begin(), kept.end(), c.data);
-            c.size = m;
+            c.size = kept.size();
             applied = true;
         }
     }
@@ -538,19 +555,11 @@ static PyObject *k_min_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         }
         c.size = i;
     }
-    return packed(c);
 }
 
 // as llama_sampler_typical_apply (llama-sampler.cpp:1910)
-static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("typical", 5);
-    Buf b;
-    Cur c;
-    float p;
-    size_t min_keep;
-    if (!cur_args(args, b, c) || !as_float(args[3], p) || !as_size(args[4], min_keep)) return nullptr;
-    if (p >= 1.0f) return packed(c);
-    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+static void typical_impl(Cur &c, float p, size_t min_keep) {
+    if (p >= 1.0f) return;
     softmax_impl(c, true);
     float entropy = 0.0f;
     for (size_t i = 0; i < c.size; ++i) entropy += -c.data[i].p * logf(c.data[i].p);
@@ -558,7 +567,7 @@ static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) 
     for (size_t i = 0; i < c.size; ++i) scores[i] = fabsf(-logf(c.data[i].p) - entropy);
     std::vector<size_t> idx(c.size);
     std::iota(idx.begin(), idx.end(), 0);
-    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t bb) { return scores[a] < scores[bb]; });
+    std::sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return scores[a] < scores[b]; });
     float cum_sum = 0.0f;
     size_t last_idx = idx.size();
     for (size_t i = 0; i < idx.size(); ++i) {
@@ -573,36 +582,17 @@ static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) 
     std::copy(out.begin(), out.end(), c.data);
     c.size = last_idx;
     c.sorted = false;
-    return packed(c);
-}
-
-// temp(records, n, sorted, temp): llama_sampler_temp_impl
-static PyObject *k_temp(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("temp", 4);
-    Buf b;
-    Cur c;
-    float t;
-    if (!cur_args(args, b, c) || !as_float(args[3], t)) return nullptr;
-    temp_impl(c, t);
-    return packed(c);
 }
 
 // as llama_sampler_temp_ext_apply (llama-sampler.cpp:2133)
-static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("temp_ext", 6);
-    Buf b;
-    Cur c;
-    float temp, delta, exponent;
-    if (!cur_args(args, b, c) || !as_float(args[3], temp) || !as_float(args[4], delta) ||
-        !as_float(args[5], exponent))
-        return nullptr;
+static void temp_ext_impl(Cur &c, float temp, float delta, float exponent) {
     if (!(delta > 0)) {
         temp_impl(c, temp);
-        return packed(c);
+        return;
     }
     const float min_temp = std::max(0.0f, temp - delta);
     const float max_temp = temp + delta;
-    if (c.size <= 1) return packed(c);
+    if (c.size <= 1) return;
     const float max_entropy = -logf(1.0f / c.size);
     softmax_impl(c, true);
     float entropy = 0.0f;
@@ -621,19 +611,11 @@ static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs)
         cum_sum_double += pd;
     }
     for (size_t i = 0; i < c.size; ++i) c.data[i].p /= cum_sum_double;
-    return packed(c);
 }
 
-// xtc(records, n, sorted, threshold, min_keep) -> packed; the records are shifted down by pos_last (C moves its
-// data pointer): llama_sample_xtc_apply (llama-sampler.cpp:2344) after its draw said "apply"
-static PyObject *k_xtc(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("xtc", 5);
-    Buf b;
-    Cur c;
-    float thr;
-    size_t min_keep;
-    if (!cur_args(args, b, c) || !as_float(args[3], thr) || !as_size(args[4], min_keep)) return nullptr;
-    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+// as llama_sample_xtc_apply (llama-sampler.cpp:2344) after its draw said "apply"; the records are shifted down by
+// pos_last (C moves its data pointer instead)
+static void xtc_impl(Cur &c, float thr, size_t min_keep) {
     softmax_impl(c, true);
     size_t pos_last = 0;
     for (size_t i = 0; i < c.size; ++i) {
@@ -647,25 +629,16 @@ static PyObject *k_xtc(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         std::memmove(c.data, c.data + pos_last, (c.size - pos_last) * sizeof(TokenData));
         c.size -= pos_last;
     }
-    return packed(c);
 }
 
-// dist(records, n, sorted, draws) -> selected: llama_sampler_dist_apply (llama-sampler.cpp:1150); draws are the two
-// generator outputs of uniform_real_distribution<double>'s generate_canonical (n >= 1)
-static PyObject *k_dist(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("dist", 4);
-    Buf b;
-    Cur c;
-    uint32_t u[2];
-    int nu;
-    if (!cur_args(args, b, c) || !as_u32s(args[3], u, nu)) return nullptr;
-    if (c.size == 0) return PyLong_FromLong(-1);
-    Replay g{u, nu, 0};
+// as llama_sampler_dist_apply (llama-sampler.cpp:1150) for size >= 1; g replays uniform_real_distribution<double>'s
+// two draws
+static size_t dist_impl(Cur &c, Replay &g) {
     std::uniform_real_distribution<double> dist(0.0f, 1.0f);
     if (c.size == 1) {
         (void)dist(g);
         c.data[0].p = 1.0f;
-        return PyLong_FromLong(0);
+        return 0;
     }
     float max_l = c.data[0].logit;
     if (!c.sorted) {
@@ -692,8 +665,137 @@ static PyObject *k_dist(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
         }
         c.data[i].p /= sum_cum;
     }
-    if (!found) sel = c.size - 1;
-    return PyLong_FromSize_t(sel);
+    return found ? sel : c.size - 1;
+}
+
+#define STAGE_ARGS(name, want)                                               \
+    ARGS(name, want);                                                        \
+    Buf b;                                                                   \
+    Cur c;                                                                   \
+    if (!cur_args(args, b, c)) return nullptr
+
+// top_p(records, n, sorted, p, min_keep) -> packed
+static PyObject *k_top_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("top_p", 5);
+    float p;
+    size_t min_keep;
+    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
+    if (p < 1.0f && c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    top_p_impl(c, p, min_keep);
+    return packed(c);
+}
+
+// min_p(records, n, sorted, p, min_keep) -> packed
+static PyObject *k_min_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("min_p", 5);
+    float p;
+    size_t min_keep;
+    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
+    min_p_impl(c, p, min_keep);
+    return packed(c);
+}
+
+// typical(records, n, sorted, p, min_keep) -> packed
+static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("typical", 5);
+    float p;
+    size_t min_keep;
+    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
+    if (p < 1.0f && c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+    typical_impl(c, p, min_keep);
+    return packed(c);
+}
+
+// temp(records, n, sorted, temp) -> packed: llama_sampler_temp_impl
+static PyObject *k_temp(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("temp", 4);
+    float t;
+    if (!as_float(args[3], t)) return nullptr;
+    temp_impl(c, t);
+    return packed(c);
+}
+
+// temp_ext(records, n, sorted, temp, delta, exponent) -> packed
+static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("temp_ext", 6);
+    float temp, delta, exponent;
+    if (!as_float(args[3], temp) || !as_float(args[4], delta) || !as_float(args[5], exponent)) return nullptr;
+    temp_ext_impl(c, temp, delta, exponent);
+    return packed(c);
+}
+
+// xtc(records, n, sorted, probability, threshold, min_keep, draw) -> packed: the whole of llama_sample_xtc_apply,
+// draw being uniform_real_distribution<float>'s one generator output (taken only when size >= 2, p > 0, t <= 0.5)
+static PyObject *k_xtc(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("xtc", 7);
+    float prob, thr;
+    size_t min_keep;
+    uint32_t u[2];
+    int nu;
+    if (!as_float(args[3], prob) || !as_float(args[4], thr) || !as_keep(args[5], min_keep) || !as_u32s(args[6], u, nu))
+        return nullptr;
+    if (prob <= 0.0f || thr > 0.5f || c.size < 2) return packed(c);
+    Replay g{u, nu, 0};
+    std::uniform_real_distribution<float> distribution(0.0f, 1.0f);
+    const float chance = distribution(g);
+    if (chance > prob) return packed(c);
+    xtc_impl(c, thr, min_keep);
+    return packed(c);
+}
+
+// dist(records, n, sorted, draws) -> selected (-1 for an empty array, which draws nothing)
+static PyObject *k_dist(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("dist", 4);
+    uint32_t u[2];
+    int nu;
+    if (!as_u32s(args[3], u, nu)) return nullptr;
+    if (c.size == 0) return PyLong_FromLong(-1);
+    Replay g{u, nu, 0};
+    return PyLong_FromSize_t(dist_impl(c, g));
+}
+
+// run(records, n, sorted, program, draws) -> (packed, selected): several stages in one call, program being a
+// buffer of Op records (sampler/kernels.py: OP) applied in order; a final dist takes the two draws
+struct Op {
+    int32_t code;  // 1 top-k, 2 top-p, 3 min-p, 4 typical, 5 temp-ext, 6 dist
+    int32_t i1;    // k or min_keep
+    float f1, f2, f3;
+};
+static_assert(sizeof(Op) == 20, "the layout of kernels.OP");
+
+static PyObject *k_run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    STAGE_ARGS("run", 5);
+    Buf bp;
+    uint32_t u[2];
+    int nu;
+    if (PyObject_GetBuffer(args[3], &bp.v, PyBUF_ND) < 0) return nullptr;
+    bp.ok = true;
+    if (!as_u32s(args[4], u, nu)) return nullptr;
+    const Op *ops = static_cast<const Op *>(bp.v.buf);
+    const size_t nops = (size_t)bp.v.len / sizeof(Op);
+    long selected = -1;
+    for (size_t j = 0; j < nops; ++j) {
+        const Op &o = ops[j];
+        if (c.size == 0 && o.code != 3 && o.code != 1)
+            return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
+        switch (o.code) {
+            case 1: top_k_impl(c, o.i1); break;
+            case 2: top_p_impl(c, o.f1, (size_t)(int64_t)o.i1); break;
+            case 3: min_p_impl(c, o.f1, (size_t)(int64_t)o.i1); break;
+            case 4: typical_impl(c, o.f1, (size_t)(int64_t)o.i1); break;
+            case 5: temp_ext_impl(c, o.f1, o.f2, o.f3); break;
+            case 6: {
+                Replay g{u, nu, 0};
+                selected = (long)dist_impl(c, g);
+                break;
+            }
+            default: return PyErr_Format(PyExc_ValueError, "unknown op %d", (int)o.code);
+        }
+    }
+    PyObject *pk = packed(c);
+    if (!pk) return nullptr;
+    PyObject *r = Py_BuildValue("(Nl)", pk, selected);
+    return r;
 }
 
 // discrete(records, n, draws) -> index: llama_sample_dist (std::discrete_distribution<int>); fewer than two
@@ -948,8 +1050,10 @@ static PyMethodDef methods[] = {
     {"temp", (PyCFunction)(void (*)(void))k_temp, METH_FASTCALL, "temp(rec, n, sorted, temp)"},
     {"temp_ext", (PyCFunction)(void (*)(void))k_temp_ext, METH_FASTCALL,
      "temp_ext(rec, n, sorted, temp, delta, exponent)"},
-    {"xtc", (PyCFunction)(void (*)(void))k_xtc, METH_FASTCALL, "xtc(rec, n, sorted, threshold, min_keep)"},
+    {"xtc", (PyCFunction)(void (*)(void))k_xtc, METH_FASTCALL, "xtc(rec, n, sorted, probability, threshold, min_keep, draw)"},
     {"dist", (PyCFunction)(void (*)(void))k_dist, METH_FASTCALL, "dist(rec, n, sorted, draws) -> selected"},
+    {"run", (PyCFunction)(void (*)(void))k_run, METH_FASTCALL,
+     "run(rec, n, sorted, program, draws) -> (packed, selected): fused stages"},
     {"discrete", (PyCFunction)(void (*)(void))k_discrete, METH_FASTCALL, "discrete(rec, n, draws) -> index"},
     {"adaptive_p", (PyCFunction)(void (*)(void))k_adaptive_p, METH_FASTCALL,
      "adaptive_p(rec, n, sorted, target, weighted_sum, total_weight, original_probs_out)"},

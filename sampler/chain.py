@@ -29,7 +29,7 @@ from .candidates import Candidates
 from .dist import Dist
 from .dry import Dry, process_breakers
 from .infill import Infill
-from .kernels import REC, K
+from .kernels import OP, REC, K
 from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties
@@ -92,6 +92,34 @@ def _check_penalties(p: Params) -> None:
         raise ValueError(pre + "penalty_present must be finite")
 
 
+def _op(st: Any) -> tuple | None:
+    """The fused-run op (:data:`sampler.kernels.OP`) of a stage, or None when it cannot run inside ``K.run``."""
+    if isinstance(st, TopK) and -2**31 <= st.k < 2**31:
+        return (1, st.k, 0.0, 0.0, 0.0)
+    if isinstance(st, TopP | MinP | Typical) and -2**31 <= st.min_keep < 2**31:
+        return (2 if isinstance(st, TopP) else 3 if isinstance(st, MinP) else 4, st.min_keep, st._pf, 0.0, 0.0)
+    if isinstance(st, TempExt):
+        return (5, 0, *st._args)
+    if isinstance(st, Dist):
+        return (6, 0, 0.0, 0.0, 0.0)
+    return None
+
+
+def _fused_tail(active: list[Any]) -> tuple[int, np.ndarray | None]:
+    """Where the chain's fusable tail starts (it ends with dist; it never starts with top-k, whose own apply reads
+    the raw logits) and its program; (len(active), None) without one."""
+    if K is None or not active or not isinstance(active[-1], Dist):
+        return len(active), None
+    i = len(active)
+    while i > 0 and _op(active[i - 1]) is not None:
+        i -= 1
+    while i < len(active) and isinstance(active[i], TopK):
+        i += 1
+    if i >= len(active) - 1:  # dist alone: nothing to fuse
+        return len(active), None
+    return i, np.array([_op(st) for st in active[i:]], OP)
+
+
 class Sampler:
     """llama-server's sampling for one request: the chain of :class:`Params`, its RNGs and windows.
 
@@ -116,6 +144,7 @@ class Sampler:
         self.n_vocab: int | None = len(vocab) if vocab is not None else None
         self.steps: list[Any] | None = None
         self._active: list[Any] = []  # the steps whose apply does something (see _noop)
+        self._tail, self._prog = 0, None  # the fused tail of _active (see _fused_tail)
         self._topk_first = 0
         self.cur: Candidates | None = None
         self._pending: list[int] = []
@@ -184,6 +213,7 @@ class Sampler:
             steps += [Temp(p.temp), MirostatV2(p.seed, p.mirostat_tau, p.mirostat_eta)]
         self.steps = steps
         self._active = [st for st in steps if not _noop(st)]
+        self._tail, self._prog = _fused_tail(self._active)
         first = self._active[0] if self._active else None
         # a chain that opens with top-k (k <= 128: the heap path) reads every logit there: it checks for NaN too
         self._topk_first = first.k if isinstance(first, TopK) and 0 < first.k <= 128 and n_vocab >= 8192 else 0
@@ -209,12 +239,26 @@ class Sampler:
             raise ValueError(NAN_LOGITS)
         return a
 
-    def _run(self, cand: Candidates) -> Candidates:
+    def _run(self, cand: Candidates, start: int = 0) -> Candidates:
         assert self.steps is not None
-        for st in self._active:
-            st.apply(cand)
+        active = self._active
+        if self._prog is None or K is None:
+            for st in active[start:] if start else active:
+                st.apply(cand)
+        else:
+            tail = self._tail
+            for i in range(start, tail):
+                active[i].apply(cand)
+            self._run_tail(cand)
         self.cur = cand
         return cand
+
+    def _run_tail(self, c: Candidates) -> None:
+        # the fused tail in one kernel call; its dist takes the two draws of uniform_real_distribution<double>
+        bits = self._active[-1].rng._r.getrandbits
+        r, c.selected = K.run(c._rec if c._rec is not None else c.records(), c._n, c.sorted,  # type: ignore[union-attr]
+                              self._prog, (bits(32), bits(32)))
+        c._n, c.sorted = r >> 1, bool(r & 1)
 
     def sample(self, logits: Any) -> int:
         """Run the chain on raw logits and return the selected token id (``common_sampler_sample``, no grammar).
@@ -240,9 +284,7 @@ class Sampler:
                 c = Candidates.from_logits(a, copy=False)
                 c.take(order)
                 c.sorted = True
-            for st in self._active[1:]:
-                st.apply(c)
-            self.cur = c
+            self._run(c, 1)
         else:
             c = self._run(Candidates.from_logits(a, copy=False))
         if c.selected < 0 or c.selected >= c.size:
@@ -304,6 +346,7 @@ class Sampler:
         s = copy.copy(self)
         s.steps = [st.clone() for st in self.steps] if self.steps is not None else None
         s._active = [st for st in s.steps if not _noop(st)] if s.steps is not None else []
+        s._tail, s._prog = _fused_tail(s._active)
         s._pending = list(self._pending)
         s.cur = self.cur.copy() if self.cur is not None else None
         return s

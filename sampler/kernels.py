@@ -22,9 +22,11 @@ from types import ModuleType
 
 import numpy as np
 
-__all__ = ["K", "REC", "PURE", "IMPORT_ERROR"]
+__all__ = ["K", "REC", "OP", "PURE", "IMPORT_ERROR"]
 
 REC = np.dtype([("id", "<i4"), ("logit", "<f4"), ("p", "<f4")])  # llama_token_data
+# one stage of a fused run (K.run): code 1 top-k, 2 top-p, 3 min-p, 4 typical, 5 temp-ext, 6 dist
+OP = np.dtype([("code", "<i4"), ("i1", "<i4"), ("f1", "<f4"), ("f2", "<f4"), ("f3", "<f4")])
 PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
 IMPORT_ERROR: str | None = None
 K: ModuleType | None = None

@@ -278,6 +278,8 @@ class XTC:
         self.probability = _F32(p)
         self.threshold = _F32(t)
         self._tf = float(self.threshold)
+        self._pf = float(self.probability)
+        self._off = bool(self.probability <= 0.0 or self.threshold > 0.5)
         self.min_keep = int(min_keep)
         self.seed = seed & 0xFFFFFFFF
         self.seed_cur = rng_seed(self.seed)
@@ -285,14 +287,15 @@ class XTC:
 
     # as llama_sample_xtc_apply
     def apply(self, c: Candidates) -> None:
-        if self.probability <= 0.0 or self.threshold > 0.5 or c.size < 2:
+        if self._off or c.size < 2:
+            return
+        if K is not None:  # the draw (generate_canonical<float>'s one output) and the rest in the kernel
+            r = K.xtc(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self._tf,
+                      self.min_keep, (self.rng._r.getrandbits(32),))
+            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         chance = uniform_real_float(self.rng)
         if chance > self.probability:
-            return
-        if K is not None:
-            r = K.xtc(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._tf, self.min_keep)
-            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, True)
         ge = c.p >= self.threshold

@@ -146,12 +146,15 @@ def test_kernel_and_numpy_paths_identical(name: str, n: int) -> None:
 
 
 @needs_kernels
+@pytest.mark.parametrize("chain_name", list(CHAINS))
 @pytest.mark.parametrize("mode", ["plain", "tied", "inf", "extreme", "allinf", "nan"])
-def test_sample_whole_chain_identical(mode: str) -> None:
-    """Sampler.sample (top-k first: the NaN check fused into the kernel's pass) on both paths."""
+def test_sample_whole_chain_identical(mode: str, chain_name: str) -> None:
+    """Sampler.sample on both paths: the kernel path opens with top-k's pass (the NaN check fused into it) and
+    runs the chain's tail after it in one call (``K.run``)."""
     rng = np.random.default_rng(7)
+    p = CHAINS[chain_name]
     for n in (32000, 262144):
-        fast, ref = Sampler(Params(seed=3)), Sampler(Params(seed=3))
+        fast, ref = Sampler(p), Sampler(p)
         for _ in range(3):
             lg = make_logits(rng, n, "plain" if mode in ("allinf", "nan") else mode)
             if mode == "allinf":
@@ -163,6 +166,8 @@ def test_sample_whole_chain_identical(mode: str) -> None:
                         s.sample(lg)
                 continue
             a = fast.sample(lg)
+            if chain_name in ("default", "nsigma", "all-on", "unsorted", "greedy-xtc"):
+                assert fast._prog is not None  # the fused tail ran
             with numpy_path():
                 b = ref.sample(lg)
             assert a == b
