@@ -1037,6 +1037,143 @@ static PyObject *k_top_n_sigma(PyObject *, PyObject *const *args, Py_ssize_t nar
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// DRY (llama-sampler.cpp:3386, llama_sampler_dry_apply), steps 1-3: the restart-sequence limit, the reverse
+// Z-algorithm's repeat counts and the longest repeat each next token would extend
+
+// dry_repeats(last_tokens, last_n, allowed_length, breakers) -> {token: repeat length} or None (no penalty):
+// last_tokens in order (oldest first, a deque or list of ints; its last last_n count), breakers a dict head token
+// -> list of tail tuples
+static PyObject *k_dry_repeats(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("dry_repeats", 4);
+    long last_n = PyLong_AsLong(args[1]);
+    long allowed = PyLong_AsLong(args[2]);
+    if (PyErr_Occurred()) return nullptr;
+    PyObject *breakers = args[3];
+    if (!PyDict_Check(breakers)) return PyErr_Format(PyExc_TypeError, "breakers must be a dict");
+    PyObject *seq = PySequence_Fast(args[0], "last_tokens must be iterable");
+    if (!seq) return nullptr;
+    const Py_ssize_t total = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    const int n = (int)std::min<Py_ssize_t>(total, (Py_ssize_t)std::max(last_n, 0L));
+    if (n <= allowed) {
+        Py_DECREF(seq);
+        Py_RETURN_NONE;
+    }
+    // rat(i): the i-th most recent token (ring_buffer::rat)
+    std::vector<int32_t> rat(n);
+    for (int i = 0; i < n; ++i) {
+        long v = PyLong_AsLong(items[total - 1 - i]);
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(seq);
+            return nullptr;
+        }
+        rat[i] = (int32_t)v;
+    }
+    int rep_limit = n;
+    if (PyDict_GET_SIZE(breakers) > 0) {
+        for (int i = 0; i < n; ++i) {
+            PyObject *tails = PyDict_GetItemWithError(breakers, items[total - 1 - i]);
+            if (!tails) {
+                if (PyErr_Occurred()) {
+                    Py_DECREF(seq);
+                    return nullptr;
+                }
+                continue;
+            }
+            PyObject *tl = PySequence_Fast(tails, "breaker tails must be a sequence");
+            if (!tl) {
+                Py_DECREF(seq);
+                return nullptr;
+            }
+            int longest = -1;
+            for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(tl); ++t) {
+                PyObject *tail = PySequence_Fast_GET_ITEM(tl, t);
+                const Py_ssize_t sl = PySequence_Size(tail);
+                if (sl < 0) {
+                    Py_DECREF(tl);
+                    Py_DECREF(seq);
+                    return nullptr;
+                }
+                if ((int)sl > longest && (int)sl <= i) {
+                    bool match = true;
+                    for (Py_ssize_t o = 0; o < sl && match; ++o) {
+                        PyObject *x = PySequence_GetItem(tail, o);
+                        long xv = x ? PyLong_AsLong(x) : -1;
+                        Py_XDECREF(x);
+                        if (PyErr_Occurred()) {
+                            Py_DECREF(tl);
+                            Py_DECREF(seq);
+                            return nullptr;
+                        }
+                        match = (int32_t)xv == rat[i - o - 1];
+                    }
+                    if (match) longest = (int)sl;
+                }
+            }
+            Py_DECREF(tl);
+            if (longest >= 0) {
+                rep_limit = i - longest;
+                break;
+            }
+        }
+    }
+    Py_DECREF(seq);
+    if (rep_limit < allowed) Py_RETURN_NONE;
+    std::vector<int> count(n, 0);
+    const int last = n - 1;
+    int rt = 0, lt = 0;
+    for (int k = 1; k < n; ++k) {
+        if (k > rt) {
+            int m = 0;
+            while (m + k < n && rat[m] == rat[m + k]) ++m;
+            count[last - k] = std::min(m, rep_limit);
+            if (m > 0) {
+                lt = k;
+                rt = k + m - 1;
+            }
+        } else {
+            const int p = k - lt;
+            const int right_part_len = rt - k + 1;
+            if (count[last - p] < right_part_len) {
+                count[last - k] = std::min(count[last - p], rep_limit);
+            } else {
+                int i = rt + 1;
+                while (i < n && rat[i] == rat[i - k]) i += 1;
+                count[last - k] = std::min(i - k, rep_limit);
+                lt = k;
+                rt = i - 1;
+            }
+        }
+    }
+    PyObject *out = PyDict_New();
+    if (!out) return nullptr;
+    for (int i = 0; i < n - 1; ++i) {
+        const int rl = count[i];
+        if (rl >= allowed) {
+            PyObject *key = PyLong_FromLong(rat[n - 2 - i]);
+            PyObject *old = key ? PyDict_GetItemWithError(out, key) : nullptr;
+            if (!key || (!old && PyErr_Occurred())) {
+                Py_XDECREF(key);
+                Py_DECREF(out);
+                return nullptr;
+            }
+            if (!old || PyLong_AsLong(old) < rl) {
+                PyObject *val = PyLong_FromLong(rl);
+                if (!val || PyDict_SetItem(out, key, val) < 0) {
+                    Py_XDECREF(val);
+                    Py_DECREF(key);
+                    Py_DECREF(out);
+                    return nullptr;
+                }
+                Py_DECREF(val);
+            }
+            Py_DECREF(key);
+        }
+    }
+    return out;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 
 static PyMethodDef methods[] = {
     {"pack", (PyCFunction)(void (*)(void))k_pack, METH_FASTCALL, "pack(out, logits, ids, p): build records"},
@@ -1061,6 +1198,8 @@ static PyMethodDef methods[] = {
     {"mirostat_v2", (PyCFunction)(void (*)(void))k_mirostat_v2, METH_FASTCALL, "mirostat_v2(rec, n, sorted, mu)"},
     {"mirostat_mu", (PyCFunction)(void (*)(void))k_mirostat_mu, METH_FASTCALL, "mirostat_mu(p, mu, tau, eta)"},
     {"top_n_sigma", (PyCFunction)(void (*)(void))k_top_n_sigma, METH_FASTCALL, "top_n_sigma(src, n, dst)"},
+    {"dry_repeats", (PyCFunction)(void (*)(void))k_dry_repeats, METH_FASTCALL,
+     "dry_repeats(last_tokens, last_n, allowed_length, breakers) -> {token: repeat length} or None"},
     {nullptr, nullptr, 0, nullptr}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",

@@ -24,6 +24,7 @@ import numpy as np
 
 from . import mathf
 from .candidates import Candidates
+from .kernels import K
 
 _F32 = np.float32
 MAX_CHAR_LEN = 40
@@ -205,6 +206,11 @@ class Dry:
         n = min(len(self.last), self.last_n)
         if n <= self.allowed:
             return
+        if K is not None:  # steps 1-3 in the kernel
+            rep = K.dry_repeats(self.last, self.last_n, self.allowed, self.breakers)
+            if rep is not None:
+                self._penalize(c, rep)
+            return
         toks = list(self.last)
         rat = toks[::-1]  # rat(i): i-th most recent
         rep_limit = n
@@ -252,16 +258,25 @@ class Dry:
                 tok = rat[n - 2 - i]
                 if maxrep.get(tok, -1) < rl:
                     maxrep[tok] = rl
+        self._penalize(c, maxrep)
+
+    def _penalize(self, c: Candidates, maxrep: dict[int, int]) -> None:
+        # step 4: every candidate that would extend a repeat of at least allowed_length tokens
         max_exp = 0
         if self.base > _F32(1.000001):
             max_exp = int(_F32(_F32(88.7228391) / _F32(mathf.logf(float(self.base)))))
         if maxrep:
-            ids = c.ids
-            keys = np.fromiter(maxrep.keys(), dtype=np.int64, count=len(maxrep))
-            pos = np.flatnonzero(np.isin(ids, keys))
-            lg = c.own()
-            for j in pos.tolist():
-                tok = int(ids[j])
+            if c.identity:  # ids 0..size-1: a token's position is the token
+                size = c.size
+                pos = [t for t in maxrep if 0 <= t < size]
+                lg = c.own()
+            else:
+                ids = c.ids
+                keys = np.fromiter(maxrep.keys(), dtype=np.int64, count=len(maxrep))
+                pos = np.flatnonzero(np.isin(ids, keys)).tolist()
+                lg = c.own()
+            for j in pos:
+                tok = j if c.identity else int(ids[j])
                 tails = self.breakers.get(tok)
                 if tails is not None and () in tails:
                     continue

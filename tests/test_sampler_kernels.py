@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sampler import candidates, chain, dist, kernels, mirostat, temperature, truncation
+from sampler import candidates, chain, dist, dry, kernels, mirostat, temperature, truncation
 from sampler.candidates import Candidates
 from sampler.chain import Sampler
 from sampler.params import Params
@@ -27,7 +27,7 @@ from tests.sampler_support import bits
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # every module that binds the kernels (checked by test_every_kernel_user_is_listed)
-KERNEL_USERS = (candidates, chain, dist, mirostat, temperature, truncation)
+KERNEL_USERS = (candidates, chain, dist, dry, mirostat, temperature, truncation)
 
 needs_kernels = pytest.mark.skipif(kernels.K is None, reason="the numpy path was asked for "
                                    "(CONSTRAINED_PURE_PYTHON=1)" if kernels.PURE else "not built")
