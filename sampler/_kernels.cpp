@@ -715,6 +715,34 @@ static PyObject *k_temp(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     return packed(c);
 }
 
+// temp_floats(src, temp, dst) -> None: llama_sampler_temp_impl on a logit array (dst may be src)
+static PyObject *k_temp_floats(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
+    ARGS("temp_floats", 3);
+    Buf bs, bd;
+    Floats src, dst;
+    float temp;
+    if (!get_floats(args[0], bs, src, false) || !as_float(args[1], temp) || !get_floats(args[2], bd, dst, true))
+        return nullptr;
+    const size_t n = (size_t)src.n;
+    if ((size_t)dst.n != n) return PyErr_Format(PyExc_ValueError, "src and dst differ in length");
+    if (n == 0) Py_RETURN_NONE;
+    if (temp <= 0.0f) {
+        size_t max_i = 0;
+        float max_l = src[0];
+        for (size_t i = 1; i < n; ++i) {
+            if (src[i] > max_l) {
+                max_i = i;
+                max_l = src[i];
+            }
+        }
+        for (size_t i = 0; i < n; ++i) dst[i] = -INFINITY;
+        dst[max_i] = max_l;
+        Py_RETURN_NONE;
+    }
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i] / temp;
+    Py_RETURN_NONE;
+}
+
 // temp_ext(records, n, sorted, temp, delta, exponent) -> packed
 static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     STAGE_ARGS("temp_ext", 6);
@@ -812,20 +840,22 @@ static PyObject *k_discrete(PyObject *, PyObject *const *args, Py_ssize_t nargs)
     return PyLong_FromLong(sample_dist(c, g));
 }
 
-// adaptive_p(records, n, sorted, target, weighted_sum, total_weight, original_probs_out) -> packed: llama_sampler_adaptive_p_apply
-// (llama-sampler.cpp:3750) from its first softmax to the second (the draw is `discrete`); target >= 0 here
+// adaptive_p(records, n, sorted, target, weighted_sum, total_weight, original_probs_out, draws) -> (index, id): llama_sampler_adaptive_p_apply
+// (llama-sampler.cpp:3750) with its draw (two generator outputs when size >= 2, none below); target >= 0 here
 static constexpr float AP_WIDTH_INV = 1.0f / 0.3f;
 static constexpr float AP_PEAK = 5.0f;
 static constexpr float AP_SHARP = 10.0f;
 
 static PyObject *k_adaptive_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("adaptive_p", 7);
+    ARGS("adaptive_p", 8);
     Buf b, bo;
     Cur c;
     float tgt, weighted_sum, total_weight;
     Floats orig;
+    uint32_t u[2];
+    int nu;
     if (!cur_args(args, b, c) || !as_float(args[3], tgt) || !as_float(args[4], weighted_sum) ||
-        !as_float(args[5], total_weight) || !get_floats(args[6], bo, orig, true))
+        !as_float(args[5], total_weight) || !get_floats(args[6], bo, orig, true) || !as_u32s(args[7], u, nu))
         return nullptr;
     const float target = std::clamp(tgt, 0.0f, 1.0f);
     const float at = std::clamp(total_weight == 0.0f ? target : 2.0f * target - (weighted_sum / total_weight), 0.0f, 1.0f);
@@ -839,7 +869,9 @@ static PyObject *k_adaptive_p(PyObject *, PyObject *const *args, Py_ssize_t narg
         c.data[i].logit = AP_PEAK - AP_SHARP * dist * dist / (1.0f + dist);
     }
     softmax_impl(c, false);
-    return packed(c);
+    Replay g{u, nu, 0};
+    const int idx = sample_dist(c, g);
+    return Py_BuildValue("(ii)", idx, (int)c.data[idx].id);
 }
 
 // mirostat(records, n, sorted, n_vocab, m, mu) -> packed: llama_sampler_mirostat_apply (llama-sampler.cpp:2460)
@@ -1184,7 +1216,9 @@ static PyMethodDef methods[] = {
     {"top_p", (PyCFunction)(void (*)(void))k_top_p, METH_FASTCALL, "top_p(rec, n, sorted, p, min_keep)"},
     {"min_p", (PyCFunction)(void (*)(void))k_min_p, METH_FASTCALL, "min_p(rec, n, sorted, p, min_keep)"},
     {"typical", (PyCFunction)(void (*)(void))k_typical, METH_FASTCALL, "typical(rec, n, sorted, p, min_keep)"},
+    {"temp_floats", (PyCFunction)(void (*)(void))k_temp_floats, METH_FASTCALL, "temp_floats(src, temp, dst)"},
     {"temp", (PyCFunction)(void (*)(void))k_temp, METH_FASTCALL, "temp(rec, n, sorted, temp)"},
+    {"temp_floats", (PyCFunction)(void (*)(void))k_temp_floats, METH_FASTCALL, "temp_floats(src, temp, dst)"},
     {"temp_ext", (PyCFunction)(void (*)(void))k_temp_ext, METH_FASTCALL,
      "temp_ext(rec, n, sorted, temp, delta, exponent)"},
     {"xtc", (PyCFunction)(void (*)(void))k_xtc, METH_FASTCALL, "xtc(rec, n, sorted, probability, threshold, min_keep, draw)"},
@@ -1193,7 +1227,7 @@ static PyMethodDef methods[] = {
      "run(rec, n, sorted, program, draws) -> (packed, selected): fused stages"},
     {"discrete", (PyCFunction)(void (*)(void))k_discrete, METH_FASTCALL, "discrete(rec, n, draws) -> index"},
     {"adaptive_p", (PyCFunction)(void (*)(void))k_adaptive_p, METH_FASTCALL,
-     "adaptive_p(rec, n, sorted, target, weighted_sum, total_weight, original_probs_out)"},
+     "adaptive_p(rec, n, sorted, target, weighted_sum, total_weight, original_probs_out, draws) -> (index, id)"},
     {"mirostat", (PyCFunction)(void (*)(void))k_mirostat, METH_FASTCALL, "mirostat(rec, n, sorted, n_vocab, m, mu)"},
     {"mirostat_v2", (PyCFunction)(void (*)(void))k_mirostat_v2, METH_FASTCALL, "mirostat_v2(rec, n, sorted, mu)"},
     {"mirostat_mu", (PyCFunction)(void (*)(void))k_mirostat_mu, METH_FASTCALL, "mirostat_mu(p, mu, tau, eta)"},

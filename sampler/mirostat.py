@@ -171,6 +171,7 @@ class AdaptiveP(_Seeded):
 
     def __init__(self, target: float, decay: float, seed: int) -> None:
         self.target = _F32(target)
+        self._target = float(self.target)
         self.decay = _F32(min(max(_F32(decay), _F32(0.0)), _F32(0.99)))
         self._init_rng(seed)
         self._reset_state()
@@ -184,21 +185,18 @@ class AdaptiveP(_Seeded):
 
     # as llama_sampler_adaptive_p_apply
     def apply(self, c: Candidates) -> None:
-        if K is not None and self.target >= 0.0:
+        if K is not None and self._target >= 0.0:
             rec = c.records()
             n = c._n
             if n == 0:
                 raise RuntimeError("GGML_ASSERT(cur_p->size > 0) failed")
             orig = np.empty(n, _F32)
-            r = K.adaptive_p(rec, n, c.sorted, float(self.target), float(self.weighted_sum),
-                             float(self.total_weight), orig)
-            c.sorted = bool(r & 1)
+            bits = self.rng._r.getrandbits  # discrete_distribution draws only from two weights up
+            idx, self.pending_id = K.adaptive_p(rec, n, c.sorted, self._target, float(self.weighted_sum),
+                                                float(self.total_weight), orig,
+                                                (bits(32), bits(32)) if n >= 2 else ())
             self.original_probs = orig
-            bits = self.rng._r.getrandbits
-            idx = K.discrete(rec, n, (bits(32), bits(32)) if n >= 2 else ())
-            c.selected = idx
-            self.pending_id = int(rec[idx]["id"])
-            self.pending_idx = idx
+            c.selected = self.pending_idx = idx
             return
         softmax(c, False)
         if self.target < 0.0:

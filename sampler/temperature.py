@@ -25,8 +25,14 @@ _F32 = np.float32
 
 # as llama_sampler_temp_impl
 def temp_impl(c: Candidates, temp: np.float32) -> None:
-    if K is not None and c._rec is not None:
-        K.temp(c._rec, c._n, c.sorted, float(temp))
+    if K is not None:
+        if c._rec is not None:
+            K.temp(c._rec, c._n, c.sorted, float(temp))
+        else:
+            src = c._lg
+            dst = src if c._owned else np.empty(len(src), _F32)
+            K.temp_floats(src, float(temp), dst)
+            c._lg, c._owned = dst, True
         return
     if c.size == 0:
         return

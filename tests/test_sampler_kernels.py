@@ -73,6 +73,7 @@ CHAINS = {
     # bucket path (k > 128), temperature 0 and dynamic temperature on the whole array
     "unsorted": Params(seed=17, top_k=300, top_p=0.9, min_p=0.02, typ_p=0.9, dynatemp_range=0.5,
                        samplers=("temperature", "top_p", "min_p", "typ_p", "top_k")),
+    "greedy-first": Params(seed=19, temp=0.0, samplers=("temperature", "top_k", "min_p")),  # temp 0 on raw logits
     "greedy-xtc": Params(seed=18, temp=0.0, xtc_probability=0.7, xtc_threshold=0.1, min_keep=3,
                          samplers=("min_p", "xtc", "top_k", "temperature")),
 }
