@@ -16,16 +16,16 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 from ..chat import ChatTemplateError, ChatTemplates
 from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
+from .chat_parsers import AutoChatParser, ContentParser, ReplySpec, ResponseFormatParser, message_json
 from .errors import HttpError
 
-__all__ = ["REASONING_FORMATS", "AutoChatParser", "AutoParserSpec", "ContentParser", "ResponseFormatParser", "chat_params", "generation_prompt", "message_json", "parser_for",
-           "response_format_grammar"]
+__all__ = ["REASONING_FORMATS", "AutoChatParser", "ContentParser", "ReplySpec", "ResponseFormatParser", "chat_params",
+           "generation_prompt", "message_json", "parser_for", "response_format_grammar"]
 
 
 # common_reasoning_format_from_name's names (chat.cpp:889)
@@ -218,17 +218,21 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
-        if tool_plan is None and _empty(json_schema):    # the autoparser's content parser, reasoning split out
+        if tool_plan is None and _empty(json_schema):    # the reply parser: the autoparser's or a handler's
             from ..chat.autoparser import analyze_content, analyze_reasoning
             from ..chat.autoparser_prompt import specialized_handler
 
-            if specialized_handler(templates.source) is None:
+            handler = specialized_handler(templates.source)
+            extract = reasoning_format != "none"
+            if handler is None:
                 r = analyze_reasoning(templates)
                 c = analyze_content(templates, r)
                 if r.mode != "none" or c.always_wrapped:
-                    out["_autoparser"] = AutoParserSpec(gen_prompt, r.mode, r.start, r.end, c.start if
-                                                        c.always_wrapped else "", c.end if c.always_wrapped else "",
-                                                        reasoning_format != "none")
+                    out["_reply"] = ReplySpec(gen_prompt, r.mode, r.start, r.end, c.start if c.always_wrapped
+                                              else "", c.end if c.always_wrapped else "", extract)
+            else:
+                out["_reply"] = ReplySpec(gen_prompt, extract=extract, handler=handler,
+                                          enable_thinking=enable_thinking, source=templates.source)
     out["grammar_lazy"] = False
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []
@@ -324,153 +328,15 @@ def _parse_msg(m: Any) -> dict[str, Any]:
     return out
 
 
-class ContentParser:
-    """The chat output parser for templates without tool calls or reasoning (``Content-only``): the message is
-    the generated text; each update's diff is the appended text."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.sent = ""
-
-    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        self.text += added
-        diffs: list[dict[str, Any]] = []
-        if len(self.text) > len(self.sent):
-            diffs.append({"content": self.text[len(self.sent):]})
-            self.sent = self.text
-        return message_json(self.text), diffs
-
-
-class ResponseFormatParser(ContentParser):
-    """The PEG parser's reading of a ``response_format`` answer: the JSON, without the optional ```` ```json ````
-    fence and the whitespace around it."""
-
-    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        self.text += added
-        body = self.text.lstrip()
-        if body.startswith("```json"):
-            body = body[len("```json"):].lstrip()
-            if not is_partial and body.rstrip().endswith("```"):
-                body = body.rstrip()[:-3]
-        try:                               # once the JSON is complete, what follows is the grammar's space
-            json.loads(body)
-            complete = True
-        except ValueError:
-            complete = False
-        if complete:
-            body = body.rstrip()
-        elif not is_partial:               # no complete JSON: the parser gives the text back as it is
-            body = self.text
-        diffs: list[dict[str, Any]] = []
-        if body.startswith(self.sent) and len(body) > len(self.sent):
-            diffs.append({"content": body[len(self.sent):]})
-            self.sent = body
-        return message_json(body), diffs
-
-
-@dataclass
-class AutoParserSpec:
-    """What the autoparser's chat parser is built from (``autoparser::build_parser``): the generation prompt it was
-    built with, the reasoning mode and markers, the content markers (when always wrapped) and whether reasoning is
-    extracted (``reasoning_format`` is not ``none``)."""
-
-    generation_prompt: str
-    mode: str
-    start: str
-    end: str
-    content_start: str = ""
-    content_end: str = ""
-    extract: bool = True
-
-
-class AutoChatParser(ContentParser):
-    """The autoparser's chat parser for a template without tools (chat-auto-parser-generator.cpp:97-160): the
-    generation prompt up to the reasoning start (then optional whitespace, unless the template has no reasoning),
-    ``optional(start reasoning until end)`` when reasoning is extracted, and the content (the rest, or between the
-    template's content markers), parsed leniently on the generation prompt and the text (``common_chat_peg_parse``).
-    Updates are diffs of the messages (``task_result_state::update_chat_msg``); an empty message is no update.
-
-    >>> p = AutoChatParser(AutoParserSpec("<|im_start|>assistant\\n", "tag_based", "<think>\\n", "\\n</think>\\n\\n"),
-    ...                    "<|im_start|>assistant\\n")
-    >>> p.update("<think>\\nHm", True)[1], p.update("m.\\n</think>\\n\\nHi", False)
-    ([{'reasoning_content': 'Hm'}], ({'role': 'assistant', 'content': 'Hi', 'reasoning_content': 'Hmm.\\n'}, [{'reasoning_content': 'm.\\n'}, {'content': 'Hi'}]))
-    """
-
-    def __init__(self, spec: AutoParserSpec, generation_prompt: str) -> None:
-        super().__init__()
-        from .tools_peg import CONTENT, ChatMessage, _End, _Eps, _Lit, _reasoning, _Seq, _Space, _Until, _Wrap
-
-        extracting = spec.extract and spec.mode != "none"
-
-        class _Fmt:
-            reasoning = (spec.start, spec.end) if extracting and spec.end else None
-
-        rp = _reasoning(_Fmt) if _Fmt.reasoning else _Eps()
-        cs, ce = spec.content_start, spec.content_end
-        if cs and ce:                              # analyze_content::build_parser, always wrapped
-            lead = rp if extracting else _Wrap(CONTENT, _Until(cs))
-            body = _Seq(lead, _Lit(cs), _Wrap(CONTENT, _Until(ce)), _Lit(ce), _End())
-        else:
-            body = _Seq(rp, _Wrap(CONTENT, _Until()), _End())
-        rs = spec.start.strip(" \t\n\v\f\r")          # p.prefix(generation_prompt, trim(reasoning.start))
-        gp = spec.generation_prompt
-        prefix = gp[:gp.find(rs)] if rs and rs in gp else gp
-        head = _Lit(prefix) if prefix else _Eps()
-        self.peg = _Seq(head, body) if spec.mode == "none" else _Seq(head, _Space(), body)
-        self.input_prefix = generation_prompt      # common_chat_peg_parse parses generation_prompt + text
-        self.msg = ChatMessage()
-        self.parse_error: str | None = None
-
-    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        from .tools_api import compute_diffs
-        from .tools_peg import FAIL, ChatMessage, _Mapper
-
-        self.text += added
-        r = self.peg.parse(self.input_prefix + self.text, 0)
-        if r.type == FAIL:
-            if is_partial:                         # no update (llama-server: an error event at the start)
-                return self._json(), []
-            # llama-server: HTTP 500 "The model produced output that does not match the expected peg-native
-            # format"; ours: the whole text as content, with parse_error
-            self.parse_error = "The model produced output that does not match the expected peg-native format"
-            new = ChatMessage(self.text)
-        else:
-            m = _Mapper()
-            for n in r.nodes:
-                m.visit(n)
-            new = m.finish()
-        diffs: list[dict[str, Any]] = []
-        if not new.empty():
-            diffs = compute_diffs(self.msg, new)
-            self.msg = new
-        return self._json(), diffs
-
-    def _json(self) -> dict[str, Any]:
-        m = message_json(self.msg.content, self.msg.reasoning_content)
-        if self.parse_error:
-            m["parse_error"] = self.parse_error
-        return m
-
-
-def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``common_chat_msg::to_json_oaicompat`` (content is ``""``, never null)."""
-    m: dict[str, Any] = {"role": "assistant", "content": content}
-    if reasoning:
-        m["reasoning_content"] = reasoning
-    if tool_calls:
-        m["tool_calls"] = tool_calls
-    return m
-
-
 def dumps_compact(v: Any) -> str:
     return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
 
 
 def parser_for(body: dict[str, Any]) -> Any:
     """The chat output parser factory for a ``chat_params`` body: ``response_format``'s, the tool-call one
-    (``tools_api.ToolCallParser``), the autoparser's (:class:`AutoChatParser`) or ``None`` (content only)."""
-    spec = body.get("_autoparser")
-    if isinstance(spec, AutoParserSpec):
+    (``tools_api.ToolCallParser``), the template's reply parser (:class:`AutoChatParser`) or ``None`` (content only)."""
+    spec = body.get("_reply")
+    if isinstance(spec, ReplySpec):
         gen_prompt = body.get("generation_prompt") or ""
         return lambda: AutoChatParser(spec, gen_prompt)
     if body.get("_response_format"):

@@ -1,0 +1,236 @@
+"""The chat reply parsers of ``/v1/chat/completions`` without tools, as llama-server builds them with ``--jinja``.
+
+A reply is read by the PEG parser ``common_chat_templates_apply`` built for the template (``common_chat_peg_parse``,
+common/chat.cpp:1447: leniently, on the generation prompt followed by the text): the differential autoparser's
+(``autoparser::build_parser``, chat-auto-parser-generator.cpp:97-160: the generation prompt up to the reasoning start,
+an optional reasoning block, the content, maybe between content markers) or a specialised handler's content-only
+parser (common/parsers/*.cpp). Each update gives the message and the stream deltas since the previous one
+(``task_result_state::update_chat_msg``: an empty message is no update). The combinators and the mapper are
+:mod:`constrained.server.tools_peg`'s.
+
+Example:
+    >>> spec = ReplySpec("<|im_start|>assistant\\n", "tag_based", "<think>\\n", "\\n</think>\\n\\n")
+    >>> p = AutoChatParser(spec, "<|im_start|>assistant\\n")
+    >>> p.update("<think>\\nHm", True)[1], p.update("m.\\n</think>\\n\\nHi", False)[1]
+    ([{'reasoning_content': 'Hm'}], [{'reasoning_content': 'm.\\n'}, {'content': 'Hi'}])
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .tools_api import compute_diffs
+from .tools_peg import (
+    _P,
+    CONTENT,
+    FAIL,
+    REASONING,
+    ChatMessage,
+    _Choice,
+    _End,
+    _Eps,
+    _Lit,
+    _Mapper,
+    _reasoning,
+    _Res,
+    _Seq,
+    _Space,
+    _Until,
+    _Wrap,
+)
+
+__all__ = ["AutoChatParser", "ContentParser", "ReplySpec", "ResponseFormatParser", "message_json", "reply_peg"]
+
+_WS = " \t\n\v\f\r"
+PEG_FAIL = "The model produced output that does not match the expected peg-native format"
+
+
+def message_json(content: str, reasoning: str = "", tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``common_chat_msg::to_json_oaicompat`` (content is ``""``, never null)."""
+    m: dict[str, Any] = {"role": "assistant", "content": content}
+    if reasoning:
+        m["reasoning_content"] = reasoning
+    if tool_calls:
+        m["tool_calls"] = tool_calls
+    return m
+
+
+class ContentParser:
+    """The chat output parser for templates without tool calls or reasoning (``Content-only``): the message is
+    the generated text; each update's diff is the appended text."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.sent = ""
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        diffs: list[dict[str, Any]] = []
+        if len(self.text) > len(self.sent):
+            diffs.append({"content": self.text[len(self.sent):]})
+            self.sent = self.text
+        return message_json(self.text), diffs
+
+
+class ResponseFormatParser(ContentParser):
+    """The PEG parser's reading of a ``response_format`` answer: the JSON, without the optional ```` ```json ````
+    fence and the whitespace around it."""
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        body = self.text.lstrip()
+        if body.startswith("```json"):
+            body = body[len("```json"):].lstrip()
+            if not is_partial and body.rstrip().endswith("```"):
+                body = body.rstrip()[:-3]
+        try:                               # once the JSON is complete, what follows is the grammar's space
+            json.loads(body)
+            complete = True
+        except ValueError:
+            complete = False
+        if complete:
+            body = body.rstrip()
+        elif not is_partial:               # no complete JSON: the parser gives the text back as it is
+            body = self.text
+        diffs: list[dict[str, Any]] = []
+        if body.startswith(self.sent) and len(body) > len(self.sent):
+            diffs.append({"content": body[len(self.sent):]})
+            self.sent = body
+        return message_json(body), diffs
+
+
+@dataclass
+class ReplySpec:
+    """What a reply parser is built from: the generation prompt the parser was built with, the autoparser's
+    reasoning mode and markers and content markers (when always wrapped), whether reasoning is extracted
+    (``reasoning_format`` is not ``none``); for a specialised handler its name, ``enable_thinking`` and the source."""
+
+    generation_prompt: str
+    mode: str = "none"
+    start: str = ""
+    end: str = ""
+    content_start: str = ""
+    content_end: str = ""
+    extract: bool = True
+    handler: str | None = None
+    enable_thinking: bool = True
+    source: str = ""
+
+
+class _Peek(_P):
+    # common_peg_and_parser (peg-parser.cpp:478): the child's result, nothing consumed
+    def __init__(self, child: _P) -> None:
+        self.child = child
+
+    def parse(self, s: str, pos: int) -> _Res:
+        return _Res(self.child.parse(s, pos).type, pos, pos)
+
+
+def _opt(p: _P) -> _P:
+    return _Choice(p, _Eps())
+
+
+def _autoparser(spec: ReplySpec) -> _P:
+    extracting = spec.extract and spec.mode != "none"
+
+    class _Fmt:
+        reasoning = (spec.start, spec.end) if extracting and spec.end else None
+
+    rp = _reasoning(_Fmt) if _Fmt.reasoning else _Eps()         # analyze_reasoning::build_parser
+    cs, ce = spec.content_start, spec.content_end
+    if cs and ce:                                               # analyze_content::build_parser, always wrapped
+        lead = rp if extracting else _Wrap(CONTENT, _Until(cs))
+        body = _Seq(lead, _Lit(cs), _Wrap(CONTENT, _Until(ce)), _Lit(ce), _End())
+    else:
+        body = _Seq(rp, _Wrap(CONTENT, _Until()), _End())
+    rs = spec.start.strip(_WS)                                  # p.prefix(generation_prompt, trim(start))
+    gp = spec.generation_prompt
+    prefix = gp[:gp.find(rs)] if rs and rs in gp else gp
+    head = _Lit(prefix) if prefix else _Eps()
+    return _Seq(head, body) if spec.mode == "none" else _Seq(head, _Space(), body)
+
+
+def _think(start: str, end: str, *stops: str) -> _P:
+    return _Seq(_Lit(start), _Wrap(REASONING, _Until(end, *stops)))
+
+
+def reply_peg(spec: ReplySpec) -> _P | None:
+    """The reply parser for ``spec``, or ``None`` where llama-server's is not reproduced (a specialised handler
+    not ported: the reply is then read as content)."""
+    h, x = spec.handler, spec.extract
+    rest = _Wrap(CONTENT, _Until())
+    if h is None:
+        return _autoparser(spec)
+    if h == "qwen3_coder":                                      # qwen3-coder.cpp:75-174, content only
+        r: _P = _Eps()
+        if x and "<think>" in spec.source:
+            r = _opt(_Seq(_Lit("<think>"), _Space(), _Wrap(REASONING, _Until("</think>", "<tool_call>")),
+                          _Choice(_Lit("</think>"), _Peek(_Lit("<tool_call>")))))
+        return _Seq(_Lit("<|im_start|>assistant\n"), r, _Space(), rest)
+    if h == "deepseek_v3_2":                                    # deepseek.cpp:148-249, content only
+        v4 = "function_calls" not in spec.source
+        r = _Eps()
+        if x and spec.enable_thinking:
+            r = _opt(_Seq(_think("<think>", "</think>"), _Lit("</think>")))
+        elif x:
+            r = _opt(_Lit("</think>")) if v4 else _opt(_Seq(_Lit("<think>"), _Until("</think>"), _Lit("</think>")))
+        return _Seq(_Lit("<｜Assistant｜>"), r, rest, _End())
+    if h == "kimi_k2":                                          # kimi-k2.cpp:51-75, content only
+        r = _Eps()
+        if x:
+            r = _opt(_Seq(_think("<think>", "</think>", "<|tool_calls_section_begin|>", "<|tool_call_begin|>"),
+                          _opt(_Lit("</think>"))))
+        return _Seq(_Lit("<|im_assistant|>assistant<|im_middle|>"), r, rest, _End())
+    if h == "minicpm5":                                         # minicpm5.cpp:49-113, content only
+        r = _Seq(_Lit("<think>"), _Space(), _Wrap(REASONING, _Until("</think>")), _Space(), _Lit("</think>"),
+                 _Space()) if x else _Eps()
+        return _Seq(_Lit("<|im_start|>assistant\n"), r, rest, _End())
+    if h in ("lfm2", "lfm2_5"):                                 # lfm2.cpp:52-81, content only
+        r = _Eps()
+        if x and "<think>" in spec.source:
+            r = _opt(_Seq(_think("<think>", "</think>"), _Lit("</think>")))
+        return _Seq(_Lit("<|im_start|>assistant\n"), r, rest, _End())
+    return None
+
+
+class AutoChatParser(ContentParser):
+    """A reply parser built from a :class:`ReplySpec` (:func:`reply_peg`), run on ``generation_prompt`` + the text
+    as ``common_chat_peg_parse`` runs it. A final reply it rejects is answered whole as content with
+    ``parse_error`` (llama-server: HTTP 500); a partial one gives no update (llama-server: an SSE error)."""
+
+    def __init__(self, spec: ReplySpec, generation_prompt: str) -> None:
+        super().__init__()
+        peg = reply_peg(spec)
+        self.peg: _P = peg if peg is not None else _Wrap(CONTENT, _Until())
+        self.input_prefix = generation_prompt if peg is not None else ""
+        self.msg = ChatMessage()
+        self.parse_error: str | None = None
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        r = self.peg.parse(self.input_prefix + self.text, 0)
+        if r.type == FAIL:
+            if is_partial:
+                return self._json(), []
+            self.parse_error = PEG_FAIL
+            new = ChatMessage(self.text)
+        else:
+            m = _Mapper()
+            for n in r.nodes:
+                m.visit(n)
+            new = m.finish()
+        diffs: list[dict[str, Any]] = []
+        if not new.empty():
+            diffs = compute_diffs(self.msg, new)
+            self.msg = new
+        return self._json(), diffs
+
+    def _json(self) -> dict[str, Any]:
+        m = message_json(self.msg.content, self.msg.reasoning_content)
+        if self.parse_error:
+            m["parse_error"] = self.parse_error
+        return m
+
+
