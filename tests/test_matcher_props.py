@@ -82,12 +82,13 @@ def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.Data
 
 @contextlib.contextmanager
 def _small_thresholds(loop_range: tuple[int, int]):  # noqa: ANN202
-    old = mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS
+    old = mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS
     mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS = loop_range
+    mask_mod.KERNEL_RANGE_MIN_ROWS = loop_range[1]      # the compiled walk (the default path) takes the same
     try:
         yield
     finally:
-        mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS = old
+        mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS = old
 
 
 def _fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:

@@ -30,7 +30,10 @@ Example:
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
+from array import array
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +44,21 @@ from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks
 from .tokenindex import TokenTable
 
 _ALL = None   # "every row of the table" at depth 0
+
+COMPILED_HELPERS = True
+"""Whether the compiled packing and class summaries are used where the extension is built (the tests turn them off
+to compare against the numpy reference)."""
+
+PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
+"""``CONSTRAINED_PURE_PYTHON=1``: the compiled walk is not used even where it is built."""
+
+IMPORT_ERROR: ImportError | None = None
+_walk_ext = None
+if not PURE:
+    try:     # by name: ``from . import _walk`` would read, to tests/test_layers.py, as importing the package
+        _walk_ext = importlib.import_module(__name__.rpartition(".")[0] + "._walk")
+    except ImportError as e:       # not built: the Python walk (the reference) does the work
+        IMPORT_ERROR = e
 
 
 def _class_match(g: GrammarRules, p: int, cps: np.ndarray) -> np.ndarray:
@@ -95,17 +113,20 @@ def _all_in(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
                     mhi |= 1 << (c - 64)
             if b >= 128:
                 na.append((max(a, 128), b))
-        r = ((lo & np.uint64(~mlo & 0xFFFFFFFFFFFFFFFF)) == 0) & ((hi & np.uint64(~mhi & 0xFFFFFFFFFFFFFFFF)) == 0)
-        none = na_max < 0
-        if na == [(128, _ANY_CP)]:
-            pass
-        elif not na:
-            r &= none
+        mode = 0 if na == [(128, _ANY_CP)] else 1 if not na else 2
+        if _walk_ext is not None and COMPILED_HELPERS:
+            r = np.frombuffer(_walk_ext.all_in(lo, hi, na_min, na_max, mlo, mhi, mode, tuple(na),
+                                               *t.__dict__.get("_ascii_rows", ())), dtype=bool)
         else:
-            inside = none.copy()
-            for a, b in na:        # every code point from 128 on within one range of the class
-                inside |= (na_min >= a) & (na_max <= b)
-            r &= inside
+            r = ((lo & np.uint64(~mlo & 0xFFFFFFFFFFFFFFFF)) == 0) & ((hi & np.uint64(~mhi & 0xFFFFFFFFFFFFFFFF)) == 0)
+            none = na_max < 0
+            if mode == 1:
+                r &= none
+            elif mode == 2:
+                inside = none.copy()
+                for a, b in na:        # every code point from 128 on within one range of the class
+                    inside |= (na_min >= a) & (na_max <= b)
+                r &= inside
         if len(cache) >= 32:
             cache.clear()
         cache[key] = r
@@ -123,13 +144,23 @@ def _loop_parts(g: GrammarRules, p: int, t: TokenTable) -> tuple[np.ndarray, tup
     r = cache.get(key)
     if r is None:
         k0 = int(t.longer[0]) if len(t.longer) else 0      # rows with at least one code point
-        inside = _all_in(g, p, t)[:k0]
-        clean = np.zeros(t.n, dtype=bool)
-        clean[:k0] = inside & (t.rem[:k0] == 0)
-        clean_bits = (~clean, np.packbits(by_id(t, clean))) if t.inv is not None else None
-        pending = np.flatnonzero(inside & (t.rem[:k0] > 0))
-        out = np.flatnonzero(~inside)              # rows with a code point outside the class somewhere
-        rest = out[_class_match(g, p, t.col(0)[out])]
+        if _walk_ext is not None and COMPILED_HELPERS:
+            positive, items, _ = g.classes[p]
+            compact = t.compact()
+            clean, outside, pending, rest, bits = _walk_ext.loop_parts(
+                _all_in(g, p, t), compact[0], k0, np.ascontiguousarray(t.col(0), dtype=np.int32), positive, items,
+                compact[1] if t.inv is not None else None)
+            clean, outside = np.frombuffer(clean, dtype=bool), np.frombuffer(outside, dtype=bool)
+            pending, rest = np.frombuffer(pending, dtype=np.int64), np.frombuffer(rest, dtype=np.int64)
+            clean_bits = (outside, np.frombuffer(bits, dtype=np.uint8)) if bits is not None else None
+        else:
+            inside = _all_in(g, p, t)[:k0]
+            clean = np.zeros(t.n, dtype=bool)
+            clean[:k0] = inside & (t.rem[:k0] == 0)
+            pending = np.flatnonzero(inside & (t.rem[:k0] > 0))
+            out = np.flatnonzero(~inside)              # rows with a code point outside the class somewhere
+            rest = out[_class_match(g, p, t.col(0)[out])]
+            clean_bits = (~clean, pack_by_id(t, clean)) if t.inv is not None else None
         if len(cache) >= 8:
             cache.clear()
         r = cache[key] = (clean, clean_bits, pending, rest)
@@ -257,6 +288,89 @@ def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = 
          work: WorkBudget | None = None, seed: np.ndarray | None = None, sure: list | None = None) -> np.ndarray:
     """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``).
 
+    The compiled walk (:mod:`constrained.grammar._walk`) where it is built and the trie ranges are off, else
+    :func:`walk_py`, the reference: the same algorithm, order, results and work counters.
+    """
+    if work is None:
+        work = WorkBudget(DEFAULT_MATCHER_LIMITS.max_mask_work)
+    if _walk_ext is not None:
+        return walk_kernel(g, t, stacks, pops=pops, work=work, seed=seed, sure=sure)
+    return walk_py(g, t, stacks, pops=pops, work=work, seed=seed, sure=sure)
+
+
+def _kernel(g: GrammarRules):  # noqa: ANN202
+    """The compiled walk bound to ``g``'s stack machine (built once per rules object)."""
+    k = g.__dict__.get("_walk_kernel")
+    if k is None:
+        classes = g.classes
+        values = g.values
+        k = g.__dict__["_walk_kernel"] = (_walk_ext.Kernel(array("i", g.types), g.bottom, TOKEN, TOKEN_NOT,
+                                                            VISIT_COST),
+                                          (g.next_stacks, g.loop_exits, lambda p: classes[p][:2], values.__getitem__))
+    return k
+
+
+def _kernel_table(t: TokenTable) -> tuple:
+    """The arrays of ``t`` the compiled walk reads (the per-depth columns only where built, as for the vocabulary)."""
+    kt = t.__dict__.get("_kernel_table")
+    if kt is None:
+        c = np.ascontiguousarray
+        cols = t.__dict__.get("_cols", {})
+        cols = tuple(c(cols[d], dtype=np.int32) for d in range(len(t.longer)) if d in cols) \
+            if t.inv is not None and all(d in cols for d in range(len(t.longer) - 1)) else ()
+        kt = t.__dict__["_kernel_table"] = (c(t.ids, dtype=np.int64), c(t.rem, dtype=np.int64),
+                                            c(t.val, dtype=np.int64), c(t.longer, dtype=np.int64), cols,
+                                            c(t.flat, dtype=np.int64), c(t.start, dtype=np.int64))
+    return kt
+
+
+def _kernel_inv(t: TokenTable) -> np.ndarray:
+    inv = t.__dict__.get("_kernel_inv")
+    if inv is None:
+        inv = t.__dict__["_kernel_inv"] = np.ascontiguousarray(t.inv, dtype=np.int64)
+    return inv
+
+
+def walk_kernel(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,
+                work: WorkBudget | None = None, seed: np.ndarray | None = None, sure: list | None = None
+                ) -> np.ndarray:
+    """:func:`walk_py` compiled: raises ImportError where the extension is not built."""
+    if _walk_ext is None:
+        raise ImportError("constrained.grammar._walk is not built (pip install -e . builds it)")
+    if work is None:
+        work = WorkBudget(DEFAULT_MATCHER_LIMITS.max_mask_work)
+    if seed is not None:
+        seed = np.ascontiguousarray(seed, dtype=bool)
+    lex = None
+    if t.lex is not None:
+        lex = t.__dict__.get("_kernel_lex")
+        if lex is None:
+            lex = t.__dict__["_kernel_lex"] = (np.ascontiguousarray(t.lex[0], dtype=np.int64),
+                                               tuple(np.ascontiguousarray(c, dtype=np.int32) for c in t.lex[1]),
+                                               np.ascontiguousarray(t.cp0, dtype=np.int64),
+                                               np.ascontiguousarray(t.order0, dtype=np.int64))
+    kernel, grammar_calls = _kernel(g)
+    acc, left, rows, visits, looped, kpops, ksure = kernel.walk(
+        stacks, _kernel_table(t), work.left, LOOP_MIN_ROWS, KERNEL_RANGE_MIN_ROWS, RANGE_MAX_STACKS, RANGE_DEPTH, lex,
+        seed, pops is not None, sure is not None, (*grammar_calls,
+        lambda p: _first_rows_cached(g, p, t), lambda p: _all_in(g, p, t), lambda p: _loop_parts(g, p, t)))
+    work.rows += rows
+    work.visits += visits
+    work.looped += looped
+    work.left = left
+    if acc is None:
+        work.spend(0)         # out of work: the limit error
+    if kpops is not None:
+        pops.extend((np.frombuffer(b, dtype=np.int64), d) for b, d in kpops)
+    if ksure is not None:
+        sure.extend(ksure)
+    return np.frombuffer(acc, dtype=bool)
+
+
+def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,
+            work: WorkBudget | None = None, seed: np.ndarray | None = None, sure: list | None = None) -> np.ndarray:
+    """Rows of ``t`` that some stack in ``stacks`` does not reject (``llama_grammar_reject_candidates``), in Python.
+
     llama.cpp's own order, vectorised: the stacks are tried one after the other and each sees only the candidates
     the previous ones rejected; under a stack, the candidates matching its top go on together (one index array)
     through the stacks it leads to, and so on down the code points. A candidate is dropped as soon as one stack
@@ -342,6 +456,11 @@ RANGE_MIN_ROWS = 1 << 62
 """Trie ranges smaller than this are walked row by row. Off by default: measured on gemma-4's JSON-schema walks
 (``bench_grammar.py`` schemas, 1,016 first passes) the row walk's pruning wins overall (143 ms in all against 202 ms
 with ranges from 512 rows; the ambiguous grammar 9 ms against 88 ms); the tests run the range walk with it at 0."""
+
+KERNEL_RANGE_MIN_ROWS = 512
+""":data:`RANGE_MIN_ROWS` of the compiled walk: there a slice costs a few binary searches and no numpy calls, so the
+trie ranges pay from 512 rows (gemma-4, ``bench_grammar.py`` schemas: a space-led position's first walk
+0.8 -> 0.3 ms, the half of the vocabulary that starts with a space no longer scanned row by row)."""
 
 RANGE_DEPTH = 2
 """Trie ranges are followed to this depth, then walked row by row (which prunes the rows one stack accepted from the
@@ -601,19 +720,17 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
             unc_rows = unc_rows[keys.perm]
     unc_ids = t.ids[unc_rows]
     if len(unc_ids):                      # over token ids directly (a scatter of the few uncertain ones)
-        unc = np.zeros(t.n, dtype=bool)
-        unc[unc_ids] = True
-        unc_bits = np.packbits(unc)
+        unc_bits = pack_ids(unc_ids, t.n)
     else:
         unc_bits = _zero_bits(t.n)
     if wholesale:                         # the wholesale-accepted rows come as bits already: pack only the rest
         for outside, _ in wholesale:
             acc &= outside
-        bits = np.packbits(by_id(t, acc))
+        bits = pack_by_id(t, acc)
         for _, b in wholesale:
             bits |= b
     else:
-        bits = np.packbits(by_id(t, acc))
+        bits = pack_by_id(t, acc)
     return LocalInfo(bits, unc_ids, keys, unc_bits)
 
 
@@ -630,6 +747,24 @@ def _zero_bits(n: int) -> np.ndarray:
             _ZERO_BITS.clear()
         _ZERO_BITS[n] = z
     return z
+
+
+def pack_by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
+    """``np.packbits(by_id(t, acc))``, in one pass where the extension is built (a table holding every id once)."""
+    if _walk_ext is not None and COMPILED_HELPERS and t.inv is not None:
+        return np.frombuffer(_walk_ext.pack_ids(np.ascontiguousarray(acc, dtype=bool), _kernel_table(t)[0], t.n,
+                                                _kernel_inv(t)), dtype=np.uint8)
+    return np.packbits(by_id(t, acc))
+
+
+def pack_ids(ids: np.ndarray, n: int) -> np.ndarray:
+    """Packed bits (``np.packbits`` order) over ``n`` ids with ``ids`` set."""
+    ids = np.ascontiguousarray(ids, dtype=np.int64)
+    if _walk_ext is not None and COMPILED_HELPERS:
+        return np.frombuffer(_walk_ext.pack_ids(np.ones(len(ids), dtype=bool), ids, n), dtype=np.uint8)
+    m = np.zeros(n, dtype=bool)
+    m[ids] = True
+    return np.packbits(m)
 
 
 def by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:

@@ -35,8 +35,8 @@ from .mask import (
     LocalInfo,
     MatcherLimits,
     WorkBudget,
-    by_id,
     local_info,
+    pack_by_id,
     walk,
 )
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
@@ -195,14 +195,14 @@ class CompiledGrammar:
         m = self._token_top.get_lru(p)
         if m is None:
             t = self.index.table
-            m = np.packbits(by_id(t, walk(self.rules, t, ((p,),), work=work)))
+            m = pack_by_id(t, walk(self.rules, t, ((p,),), work=work))
             self._token_top.put(p, m, m.nbytes)
         return m
 
     def _empty_bits(self, work: WorkBudget) -> np.ndarray:
         if self._empty is None:
             t = self.index.table
-            self._empty = np.packbits(by_id(t, walk(self.rules, t, ((),), work=work)))
+            self._empty = pack_by_id(t, walk(self.rules, t, ((),), work=work))
         return self._empty
 
     def precompute(self, max_stacks: int = 20_000, max_depth: int = 24) -> int:

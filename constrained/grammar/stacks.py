@@ -221,6 +221,7 @@ class GrammarRules:
         self._split_memo = BoundedMemo("split")
         self._canon_memo = BoundedMemo("canonical_key", budget=1 << 18)
         self._loop_memo = BoundedMemo("loop_exits", budget=1 << 18)
+        self._shape_memo = BoundedMemo("rule_shape", budget=1 << 18)
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
@@ -230,12 +231,12 @@ class GrammarRules:
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
         return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                                       self._loop_memo)}
+                                       self._loop_memo, self._shape_memo)}
 
     def clear_memos(self) -> None:
         """Drop every memoised stack operation (they are rebuilt on demand)."""
         for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                                       self._loop_memo):
+                  self._loop_memo, self._shape_memo):
             m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
@@ -666,32 +667,46 @@ class GrammarRules:
         """A digest of the rules reachable from ``rules``, renumbered in order of discovery (b"" if too large)."""
         canon: dict[int, int] = {r: i for i, r in enumerate(rules)}
         order = list(rules)
-        types, values, rule_start = self.types, self.values, self.rule_start
         h = hashlib.blake2b(digest_size=16)
         seen = 0
         k = 0
         while k < len(order):
-            p = rule_start[order[k]]
+            shape, refs, size = self._rule_shape(order[k])
             k += 1
-            body = []
-            while True:
-                t, v = types[p], values[p]
-                if t == RULE_REF:
-                    c = canon.get(v)
-                    if c is None:
-                        c = canon[v] = len(order)
-                        order.append(v)
-                    v = c
-                body.append(t)
-                body.append(v)
-                if t == END:
-                    break
-                p += 1
-                seen += 1
-                if seen > CANON_MAX_ELEMENTS:
-                    return b""
-            h.update(array("q", body).tobytes())
+            seen += size
+            if seen > CANON_MAX_ELEMENTS:
+                return b""
+            idx = []
+            for v in refs:
+                c = canon.get(v)
+                if c is None:
+                    c = canon[v] = len(order)
+                    order.append(v)
+                idx.append(c)
+            h.update(shape)
+            h.update(array("q", idx).tobytes())
         return h.digest()
+
+    def _rule_shape(self, r: int) -> tuple[bytes, tuple[int, ...], int]:
+        """Rule ``r``'s elements as bytes with rule references blanked, the rules it references in order, and its
+        element count (memoised in a bounded memo): the parts of :meth:`_closure_digest`."""
+        memo = self._shape_memo.get(r)
+        if memo is not None:
+            return memo
+        start = self.rule_start[r]
+        stop = self.rule_start[r + 1] if r + 1 < len(self.rule_start) else self.bottom
+        if stop - start > CANON_MAX_ELEMENTS + 1:
+            memo = (b"", (), stop - start)
+        else:
+            types = self.types[start:stop]
+            values = self.values[start:stop]
+            refs = tuple(v for t, v in zip(types, values, strict=True) if t == RULE_REF)
+            body = array("q", [len(types)])
+            body.extend(types)
+            body.extend(-1 if t == RULE_REF else v for t, v in zip(types, values, strict=True))
+            memo = (body.tobytes(), refs, len(types) - 1)
+        self._shape_memo.put(r, memo, 8 + len(memo[1]) + len(memo[0]) // 8)
+        return memo
 
     def describe(self, stack: Stack) -> list[tuple[int, int]]:
         """The ``(type, value)`` elements of a stack, bottom first."""

@@ -169,6 +169,36 @@ class TokenTable:
             s = self.__dict__["_summary"] = (lo, hi, na_min, na_max)
         return s
 
+    def compact(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(rem, ids)`` as int8 and int32 (built once per table, the vocabulary's up front): the compiled loop
+        shortcut reads these instead of the int64 columns."""
+        c = self.__dict__.get("_compact")
+        if c is None:
+            c = self.__dict__["_compact"] = (self.rem.astype(np.int8), self.ids.astype(np.int32))
+        return c
+
+    def ascii_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """An inverted index of the ASCII code points: ``(off, rows)``, the rows holding code point ``c < 128`` are
+        ``rows[off[c]:off[c + 1]]`` (ascending, a row once per occurrence). Built once per table (the vocabulary's
+        up front); with it the rows wholly inside a class that excludes a few ASCII code points (a JSON string's
+        characters) are found from those code points' rows alone."""
+        a = self.__dict__.get("_ascii_rows")
+        if a is None:
+            n = self.n
+            length = self.length
+            off = np.zeros(n, dtype=np.int64)
+            if n:
+                np.cumsum(length[:-1], out=off[1:])
+            total = int(length.sum())
+            v = self.flat[np.repeat(self.start - off, length) + np.arange(total)]
+            owner = np.repeat(np.arange(n, dtype=np.int64), length)
+            low = v < 128
+            c, owner = v[low], owner[low]
+            o = np.argsort(c, kind="stable")
+            a = self.__dict__["_ascii_rows"] = (np.searchsorted(c[o], np.arange(129)).astype(np.int64),
+                                                np.ascontiguousarray(owner[o], dtype=np.int64))
+        return a
+
     def _finish(self) -> TokenTable:
         length = self.length
         o = np.argsort(-length, kind="stable")
@@ -278,6 +308,8 @@ class VocabIndex:
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
         self.table.summary()
+        self.table.ascii_rows()
+        self.table.compact()
         self.table.build_lex()
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
         self.cont_ids = [i for i, p in enumerate(self.pieces)

@@ -1,0 +1,237 @@
+"""The compiled mask walk (``constrained.grammar._walk``) against the Python walk, and the build check.
+
+The llama.cpp parity tests (test_matcher_parity.py, test_hardening.py, test_matcher_props.py, ...) run the default
+path, which is the compiled walk where it is built. Here both walks run on the same grammars, states and tables
+(the vocabulary's and the small tables of uncertain remainders) under every threshold setting (loop shortcut and
+trie ranges off, on at any size, mixed), and must give the same accepted rows, the same pops (rows and depths, in
+order), the same wholesale row sets and the same work counters; the compiled helpers (class summaries over the
+inverted ASCII index, the loop shortcut's table parts, packing by id) must equal their numpy versions.
+``test_walk_kernel_is_built`` fails when the extension is missing, unless ``CONSTRAINED_PURE_PYTHON=1`` asks for
+the Python walk on purpose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+
+from constrained import Grammar
+from constrained.errors import GrammarLimitError
+from constrained.grammar import mask as M
+from constrained.grammar.matcher import CompiledGrammar, compile_grammar
+from constrained.json_schema import json_schema_to_gbnf
+from tests.matcher_support import oracle_vocab, parity_grammars, pick_token
+
+needs_kernel = pytest.mark.skipif(M._walk_ext is None, reason="the Python walk was asked for "
+                                  "(CONSTRAINED_PURE_PYTHON=1)" if M.PURE else "not built")
+
+AMBIGUOUS = 'root ::= s\ns ::= " " s "b" | " " s "c" | "d"'
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
+    "type": "string", "pattern": "^[a-z]+$"}}, "n": {"type": "integer", "minimum": 0}}, "required": ["name"]}
+EXTRA = {
+    "ambiguous": AMBIGUOUS,
+    "schema": json_schema_to_gbnf(SCHEMA),
+    "loops": 'root ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" ["bn] )* "\\"" ( [^a]* "." | [a-zé]+ [é€]* )',
+    "nonascii": 'root ::= ( [\\u0100-\\uffff] | [^a-z\\u00e0-\\u00ff] )* "!" | [\\u00e0-\\u00ff]{1,3} [0-1]*',
+}
+THRESHOLDS = [None, (0, 0), (0, 512), (10**9, 0), (256, 10**9)]
+
+
+def test_walk_kernel_is_built() -> None:
+    if M.PURE:
+        pytest.skip("CONSTRAINED_PURE_PYTHON=1: the Python walk was asked for")
+    assert M._walk_ext is not None, (
+        f"constrained.grammar._walk is not importable ({M.IMPORT_ERROR}); `pip install -e .` builds it (a C++17 "
+        "compiler is needed); set CONSTRAINED_PURE_PYTHON=1 to run the Python walk on purpose")
+
+
+@contextlib.contextmanager
+def _thresholds(th: tuple[int, int] | None) -> Iterator[None]:
+    old = M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS
+    if th is None:                                  # the defaults, the compiled walk's ranges included
+        M.RANGE_MIN_ROWS = M.KERNEL_RANGE_MIN_ROWS
+    else:
+        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS = th
+        M.KERNEL_RANGE_MIN_ROWS = th[1]
+    try:
+        yield
+    finally:
+        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS = old
+
+
+def _run(f, g, t, stacks, pops: bool, seed: np.ndarray | None = None):  # noqa: ANN001, ANN202
+    w = M.WorkBudget(10**12)
+    p: list | None = [] if pops else None
+    s: list | None = [] if pops else None
+    acc = f(g, t, stacks, pops=p, work=w, sure=s, seed=seed)
+    return acc, p, s, (w.rows, w.visits, w.looped, w.left)
+
+
+def _assert_same(a, b, what: str) -> None:  # noqa: ANN001
+    assert np.array_equal(a[0], b[0]), f"accepted rows differ: {what}"
+    assert a[3] == b[3], f"work counters differ (rows, visits, looped, left): {a[3]} vs {b[3]}: {what}"
+    if a[1] is not None:
+        assert [d for _, d in a[1]] == [d for _, d in b[1]], what
+        assert all(np.array_equal(x, y) for (x, _), (y, _) in zip(a[1], b[1], strict=True)), f"pops differ: {what}"
+        assert len(a[2]) == len(b[2]) and all(x is y for x, y in zip(a[2], b[2], strict=True)), f"wholesale sets differ: {what}"
+
+
+@functools.cache
+def _grammars(vocab_name: str) -> dict[str, str]:
+    vm, vocab = oracle_vocab(vocab_name)
+    return {**parity_grammars(vocab), **EXTRA}
+
+
+def _cases(cg: CompiledGrammar, rng: np.random.Generator, steps: int) -> Iterator[tuple]:
+    """(table, stacks, pops?, seed) walks along a random walk: each state's stacks, each stack's suffix walk from
+    the sentinel, and the walk of its uncertain remainders through the rest of the stack."""
+    g, vt = cg.rules, cg.index.table
+    m = cg.matcher()
+    for _ in range(steps):
+        stacks = m.stacks
+        if m.partial_utf8[1] > 0:
+            yield cg.index.partial_table(*m.partial_utf8), stacks, False, None
+        else:
+            yield vt, stacks, False, None
+            yield vt, stacks, False, np.arange(vt.n) % 7 == 0
+            for s in stacks[:12]:
+                if not s or g.types[s[-1]] in (M.TOKEN, M.TOKEN_NOT):
+                    continue
+                below, suffix = g.split(s)
+                yield vt, g.advance((g.bottom, *suffix)), True, None
+                li = M.local_info(g, vt, suffix, M.WorkBudget(10**12))
+                if li.keys is not None:
+                    yield li.keys, g.advance(below), False, None
+        try:
+            mask = m.mask()
+            tok = pick_token(rng, mask, cg.vocab) if mask.any() else None
+            if tok is None or not m.accept_token(tok):
+                return
+        except GrammarLimitError:
+            return
+
+
+@needs_kernel
+@pytest.mark.parametrize("vocab_name", ["llama-spm", "gpt-2", "gemma-4"])
+def test_walk_kernel_equals_walk_py(vocab_name: str) -> None:
+    vm, vocab = oracle_vocab(vocab_name)
+    steps = {"llama-spm": 10, "gpt-2": 8, "gemma-4": 5}[vocab_name]
+    compared = 0
+    for k, (name, text) in enumerate(sorted(_grammars(vocab_name).items())):
+        cg = compile_grammar(Grammar.from_gbnf(text), vocab)
+        g = cg.rules
+        for th in THRESHOLDS if vocab_name != "gemma-4" else THRESHOLDS[:3]:
+            with _thresholds(th):
+                for t, stacks, pops, seed in _cases(cg, np.random.default_rng(k), steps):
+                    if len(stacks) > 4096:
+                        continue
+                    what = f"{vocab_name}/{name}, thresholds {th}, {len(stacks)} stacks over {t.n} rows"
+                    _assert_same(_run(M.walk_py, g, t, stacks, pops, seed), _run(M.walk_kernel, g, t, stacks, pops,
+                                                                                   seed), what)
+                    compared += 1
+    assert compared > 200
+
+
+@needs_kernel
+def test_walk_kernel_limit_error_as_walk_py() -> None:
+    vm, vocab = oracle_vocab("llama-spm")
+    cg = compile_grammar(Grammar.from_gbnf(AMBIGUOUS), vocab)
+    raised = 0
+    for th in THRESHOLDS:
+        for limit in (10, 5_000, 50_000, 500_000):
+            errs = []
+            for f in (M.walk_py, M.walk_kernel):
+                w = M.WorkBudget(limit)
+                try:
+                    with _thresholds(th):
+                        f(cg.rules, cg.index.table, cg.initial_stacks, work=w)
+                    errs.append(("done", w.left, w.rows, w.visits))
+                except GrammarLimitError as e:
+                    assert "max_mask_work" in str(e)
+                    errs.append(("limit", w.spent_total, w.rows, w.visits))
+            assert errs[0] == errs[1], (th, limit)
+            raised += errs[0][0] == "limit"
+    assert raised >= 10
+
+
+@needs_kernel
+def test_walk_kernel_refuses_malformed_stacks() -> None:
+    vm, vocab = oracle_vocab("llama-spm")
+    cg = compile_grammar(Grammar.from_gbnf('root ::= "a"'), vocab)
+    with pytest.raises(TypeError):
+        M.walk_kernel(cg.rules, cg.index.table, ([0],))
+    with pytest.raises(TypeError):
+        M.walk_kernel(cg.rules, cg.index.table, [(0,)])
+
+
+@contextlib.contextmanager
+def _helpers(on: bool) -> Iterator[None]:
+    old = M.COMPILED_HELPERS
+    M.COMPILED_HELPERS = on
+    try:
+        yield
+    finally:
+        M.COMPILED_HELPERS = old
+
+
+@needs_kernel
+@pytest.mark.parametrize("vocab_name", ["gemma-4", "qwen2"])
+def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
+    """Class summaries (inverted ASCII index and summary scan), the loop shortcut's parts and packing by id."""
+    vm, vocab = oracle_vocab(vocab_name)
+    text = ('root ::= [^"\\\\\\x7F\\x00-\\x1F]* | [a-z]* "x" | [^a]* "y" | [a-zé]* "z" | [^a-zé]* "b" | '
+            '[\\u0100-\\uffff]* "c" | . | [\\x00-\\x7f]* "d" | [0-9\\u4e00-\\u9fff]* "e"')
+    cg = compile_grammar(Grammar.from_gbnf(text), vocab)
+    g, t = cg.rules, cg.index.table
+    tops = {s[-1] for s in cg.initial_stacks if s}
+    assert len(tops) >= 9
+    for p in sorted(tops):
+        out = []
+        for on in (True, False):
+            with _helpers(on):
+                t.__dict__.pop("_all_in", None)
+                t.__dict__.pop("_loop_parts", None)
+                inside = M._all_in(g, p, t)
+                clean, (outside, bits), pending, rest = M._loop_parts(g, p, t)
+                out.append((inside, clean, outside, bits, pending, rest))
+        for x, y in zip(*out, strict=True):
+            assert np.array_equal(x, y), (vocab_name, g.ranges(p))
+    rng = np.random.default_rng(0)
+    for density in (0.0, 0.0005, 0.01, 0.3, 1.0):
+        acc = rng.random(t.n) < density
+        with _helpers(True):
+            a = M.pack_by_id(t, acc)
+            ids = rng.choice(t.n, size=int(density * 1000), replace=False)
+            b = M.pack_ids(ids, t.n)
+        assert np.array_equal(a, np.packbits(M.by_id(t, acc)))
+        ref = np.zeros(t.n, dtype=bool)
+        ref[ids] = True
+        assert np.array_equal(b, np.packbits(ref))
+
+
+@needs_kernel
+def test_masks_equal_the_python_walk_of_the_state() -> None:
+    """Whole masks along a walk: the default (compiled) path with its caches against the Python walk of the state
+    itself (no per-position caches: llama.cpp's candidate rejection over every stack)."""
+    vm, vocab = oracle_vocab("gemma-4")
+    cg = compile_grammar(Grammar.from_gbnf(json_schema_to_gbnf(SCHEMA)), vocab)
+    g, t, idx = cg.rules, cg.index.table, cg.index
+    m = cg.matcher()
+    rng = np.random.default_rng(3)
+    for _ in range(16):
+        a = m.mask()
+        if m.partial_utf8[1] > 0:
+            pt = idx.partial_table(*m.partial_utf8)
+            b = np.zeros(cg.n_vocab, dtype=bool)
+            b[pt.ids[M.walk_py(g, pt, m.stacks)]] = True
+        else:
+            b = M.by_id(t, M.walk_py(g, t, m.stacks))
+        b[idx.eog_ids] = m.can_end()
+        assert np.array_equal(a, b)
+        tok = pick_token(rng, a, vocab)
+        if tok is None or not m.accept_token(tok):
+            break
