@@ -47,6 +47,63 @@ SCHEMAS = {
             "stock": {"type": "integer"}},
             "required": ["sku", "title", "dims", "stock"]}}},
         "required": ["store", "open", "products"]},
+    # realistic shapes beside the three above (12 in all, as the peer benchmark): nested and optional objects,
+    # arrays of objects, enums, patterns, formats, bounded numbers and lengths
+    "address": {"type": "object", "properties": {
+        "street": {"type": "string"}, "city": {"type": "string"},
+        "country": {"enum": ["DE", "FR", "JP", "US"]},
+        "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+        "geo": {"type": "object", "properties": {"lat": {"type": "number"}, "lon": {"type": "number"}},
+                "required": ["lat", "lon"]}},
+        "required": ["street", "city", "country"]},
+    "users": {"type": "array", "items": {"type": "object", "properties": {
+        "id": {"type": "integer", "minimum": 1}, "name": {"type": "string", "maxLength": 40},
+        "active": {"type": "boolean"}, "email": {"type": "string", "pattern": "^[a-z]+@[a-z]+\\.org$"}},
+        "required": ["id", "name", "active"], "additionalProperties": False}, "minItems": 1, "maxItems": 4},
+    "event": {"type": "object", "properties": {
+        "title": {"type": "string"}, "day": {"type": "string", "format": "date"},
+        "start": {"type": "string", "format": "time"},
+        "attendees": {"type": "array", "items": {"type": "string"}, "maxItems": 5},
+        "online": {"type": "boolean"}},
+        "required": ["title", "day"], "additionalProperties": False},
+    "review": {"type": "object", "properties": {
+        "rating": {"type": "integer", "minimum": 1, "maximum": 5},
+        "text": {"type": "string", "minLength": 1, "maxLength": 120},
+        "labels": {"type": "array", "items": {"enum": ["fast", "cheap", "broken", "great"]}, "uniqueItems": True}},
+        "required": ["rating", "text"]},
+    "invoice": {"type": "object", "properties": {
+        "number": {"type": "string", "pattern": "^INV-[0-9]{4}$"},
+        "currency": {"enum": ["EUR", "USD", "JPY"]},
+        "lines": {"type": "array", "items": {"type": "object", "properties": {
+            "item": {"type": "string"}, "qty": {"type": "integer", "minimum": 1, "maximum": 999},
+            "price": {"type": "number", "minimum": 0}}, "required": ["item", "qty", "price"]}},
+        "paid": {"type": "boolean"}},
+        "required": ["number", "currency", "lines"]},
+    "sensor": {"type": "object", "properties": {
+        "id": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]{3}$"},
+        "unit": {"enum": ["C", "F", "K"]},
+        "readings": {"type": "array", "items": {"type": "number"}, "minItems": 1},
+        "at": {"type": "string", "format": "date-time"}},
+        "required": ["id", "unit", "readings"]},
+    "config": {"type": "object", "properties": {
+        "name": {"type": "string"}, "debug": {"type": "boolean"},
+        "level": {"enum": ["low", "mid", "high"]},
+        "limits": {"type": "object", "properties": {
+            "cpu": {"type": "integer", "minimum": 1, "maximum": 64}, "ram": {"type": "integer", "minimum": 0}},
+            "additionalProperties": False},
+        "paths": {"type": "array", "items": {"type": "string"}}},
+        "required": ["name"], "additionalProperties": False},
+    "tree": {"type": "object", "properties": {
+        "label": {"type": "string"},
+        "children": {"type": "array", "items": {"type": "object", "properties": {
+            "label": {"type": "string"}, "leaf": {"type": "boolean"},
+            "weight": {"type": ["number", "null"]}}, "required": ["label", "leaf"]}}},
+        "required": ["label", "children"]},
+    "chat": {"type": "object", "properties": {
+        "role": {"enum": ["system", "user", "assistant"]}, "content": {"type": "string"},
+        "tool_calls": {"type": "array", "items": {"type": "object", "properties": {
+            "name": {"type": "string"}, "arguments": {"type": "object"}}, "required": ["name", "arguments"]}}},
+        "required": ["role", "content"]},
 }
 
 WORDS = ["alpha", "Beta", "café", "naïve", "東京", "данные", "résumé", "x", "hello world", "tab\tsep", "quote\"d",
@@ -69,10 +126,60 @@ def _doc(name: str, rng: np.random.Generator) -> object:
         return [{"id": int(rng.integers(1, 10**6)), "price": round(float(rng.random() * 1000), 2),
                  "status": str(rng.choice(["new", "paid", "shipped"])),
                  "note": None if rng.random() < 0.4 else _text(rng)} for _ in range(int(rng.integers(1, 4)))]
+    if name in _DOCS:
+        return _DOCS[name](rng)
     return {"store": _text(rng), "open": bool(rng.random() < 0.5),
             "products": [{"sku": f"SKU-{int(rng.integers(1000, 9999))}", "title": _text(rng),
                           "dims": {"w": round(float(rng.random() * 50), 1), "h": int(rng.integers(1, 90))},
                           "stock": int(rng.integers(0, 500))} for _ in range(int(rng.integers(1, 4)))]}
+
+
+def _num(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return round(float(lo + rng.random() * (hi - lo)), int(rng.integers(0, 4)))
+
+
+def _some(rng: np.random.Generator, d: dict, p: float = 0.6) -> dict:
+    """``d`` with each optional item kept with probability ``p`` (keys starting with '?')."""
+    return {k.lstrip("?"): v for k, v in d.items() if not k.startswith("?") or rng.random() < p}
+
+
+_DOCS = {
+    "address": lambda rng: _some(rng, {
+        "street": f"{int(rng.integers(1, 200))} {_text(rng)}", "city": _text(rng),
+        "country": str(rng.choice(["DE", "FR", "JP", "US"])), "?zip": f"{int(rng.integers(0, 10**5)):05d}",
+        "?geo": {"lat": _num(rng, -90, 90), "lon": _num(rng, -180, 180)}}),
+    "users": lambda rng: [_some(rng, {
+        "id": int(rng.integers(1, 10**5)), "name": _text(rng)[:40], "active": bool(rng.random() < 0.5),
+        "?email": "".join(rng.choice(list(string.ascii_lowercase), 6)) + "@example.org"})
+        for _ in range(int(rng.integers(1, 5)))],
+    "event": lambda rng: _some(rng, {
+        "title": _text(rng), "day": f"2026-{int(rng.integers(1, 13)):02d}-{int(rng.integers(1, 29)):02d}",
+        "?start": f"{int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}:00Z",
+        "?attendees": [_text(rng) for _ in range(int(rng.integers(0, 4)))], "?online": bool(rng.random() < 0.5)}),
+    "review": lambda rng: _some(rng, {
+        "rating": int(rng.integers(1, 6)), "text": _text(rng)[:120] or "ok",
+        "?labels": sorted(set(rng.choice(["fast", "cheap", "broken", "great"], int(rng.integers(0, 3))).tolist()))}),
+    "invoice": lambda rng: _some(rng, {
+        "number": f"INV-{int(rng.integers(0, 10**4)):04d}", "currency": str(rng.choice(["EUR", "USD", "JPY"])),
+        "lines": [{"item": _text(rng), "qty": int(rng.integers(1, 1000)), "price": _num(rng, 0, 500)}
+                  for _ in range(int(rng.integers(1, 4)))], "?paid": bool(rng.random() < 0.5)}),
+    "sensor": lambda rng: _some(rng, {
+        "id": "".join(rng.choice(list(string.ascii_uppercase), 2)) + f"-{int(rng.integers(0, 1000)):03d}",
+        "unit": str(rng.choice(["C", "F", "K"])), "readings": [_num(rng, -40, 120) for _ in range(int(rng.integers(1, 6)))],
+        "?at": f"2026-12-{int(rng.integers(1, 29)):02d}T{int(rng.integers(0, 24)):02d}:{int(rng.integers(0, 60)):02d}:00Z"}),
+    "config": lambda rng: _some(rng, {
+        "name": _text(rng), "?debug": bool(rng.random() < 0.5), "?level": str(rng.choice(["low", "mid", "high"])),
+        "?limits": _some(rng, {"?cpu": int(rng.integers(1, 65)), "?ram": int(rng.integers(0, 10**6))}),
+        "?paths": [f"/srv/{_text(rng)}" for _ in range(int(rng.integers(0, 3)))]}),
+    "tree": lambda rng: {"label": _text(rng), "children": [_some(rng, {
+        "label": _text(rng), "leaf": bool(rng.random() < 0.5), "?weight": None if rng.random() < 0.3 else _num(rng, 0, 10)})
+        for _ in range(int(rng.integers(0, 4)))]},
+    "chat": lambda rng: _some(rng, {
+        "role": str(rng.choice(["system", "user", "assistant"])), "content": _text(rng),
+        "?tool_calls": [{"name": "get_" + str(rng.choice(["weather", "time"])),
+                         "arguments": {"city": _text(rng), "days": int(rng.integers(1, 8))}}
+                        for _ in range(int(rng.integers(1, 3)))]}, 0.4),
+}
 
 
 def _pct(xs: list[float], q: float) -> float:
