@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 import os
 from types import ModuleType
 
@@ -32,7 +33,7 @@ IMPORT_ERROR: str | None = None
 K: ModuleType | None = None
 if not PURE:
     try:
-        from . import _kernels as K  # noqa: N812
+        K = importlib.import_module(f"{__package__}._kernels")
     except ImportError as e:  # not built (no compiler at install time)
-        IMPORT_ERROR = str(e)
+        IMPORT_ERROR = f"{type(e).__name__}: {e}"
         K = None
