@@ -7,9 +7,10 @@ replies (complete, with and without reasoning, a reasoning block left open, stra
 every prefix of a reply as a stream's partial text, and gives the message llama.cpp gives (an empty partial message is
 no update; where llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no
 update). The specialised parsers of common/parsers/*.cpp reproduced (``constrained.server.chat_parsers.reply_peg``:
-Qwen3-Coder's, DeepSeek V3.2 / V4's, Kimi K2's, MiniCPM5's, LFM2's) are checked the same way; the templates of the
-others, whose replies then differ, are listed in :data:`KNOWN` (GigaChat 3 and MiniMax-M3, not ported either, read
-these replies as content alike).
+Qwen3-Coder's, DeepSeek V3.2 / V4's, Kimi K2 / K3's, MiniCPM5's, LFM2's, Ministral 3's, Cohere2 MoE's, Ling 3's,
+Functionary v3.2's, Muse Glimmer's, GPT-OSS's) are checked the same way; the templates of the others, whose replies
+then differ, are listed in :data:`KNOWN` (Gemma 4's parser and mapper; GigaChat 3's and MiniMax-M3's, not ported
+either, read these replies as content alike).
 """
 
 from __future__ import annotations
@@ -32,9 +33,7 @@ FINALS = ["Hello there", "<think>\nI think.\n</think>\n\nHello", "<think>x</thin
 STREAMED = "<think>\nI think.\n</think>\n\nHello"
 _WHY = "a specialised template: llama-server parses the reply with its own parser (common/parsers/{}.cpp), not ported"
 _FILES = {"deepseek_v3_2": "deepseek", "lfm2_5": "lfm2", "ministral_3": "ministral3"}
-KNOWN = set("""Cohere2MoE Kimi-K3 google-gemma-4-31B-it-interleaved google-gemma-4-31B-it inclusionai-ling-3.0-flash
-meetkai-functionary-medium-v3.2 mistralai-Ministral-3-14B-Reasoning-2512 muse-glimmer openai-gpt-oss-120b
-unsloth-mistral-Devstral-Small-2507""".split())
+KNOWN = set("""google-gemma-4-31B-it-interleaved google-gemma-4-31B-it""".split())
 KNOWN = {n for n in TEMPLATES if n[:-6] in KNOWN or n[:-6].removeprefix("deepseek-ai-") in KNOWN}
 
 

@@ -231,8 +231,12 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
                     out["_reply"] = ReplySpec(gen_prompt, r.mode, r.start, r.end, c.start if c.always_wrapped
                                               else "", c.end if c.always_wrapped else "", extract)
             else:
+                kind = ""
+                last = msgs[-1] if continuation and msgs else None
+                if last is not None and (last.get("content") or last.get("reasoning_content")):
+                    kind = "reasoning" if last.get("reasoning_content") and not last.get("content") else "content"
                 out["_reply"] = ReplySpec(gen_prompt, extract=extract, handler=handler,
-                                          enable_thinking=enable_thinking, source=templates.source)
+                                          enable_thinking=enable_thinking, source=templates.source, continuation=kind)
     out["grammar_lazy"] = False
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []

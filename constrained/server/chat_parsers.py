@@ -28,12 +28,14 @@ from .tools_peg import (
     FAIL,
     REASONING,
     ChatMessage,
+    _Atomic,
     _Choice,
     _End,
     _Eps,
     _Lit,
     _Mapper,
     _reasoning,
+    _Rep,
     _Res,
     _Seq,
     _Space,
@@ -117,6 +119,7 @@ class ReplySpec:
     handler: str | None = None
     enable_thinking: bool = True
     source: str = ""
+    continuation: str = ""          # a prefill continued: "content" or "reasoning"
 
 
 class _Peek(_P):
@@ -192,6 +195,57 @@ def reply_peg(spec: ReplySpec) -> _P | None:
         if x and "<think>" in spec.source:
             r = _opt(_Seq(_think("<think>", "</think>"), _Lit("</think>")))
         return _Seq(_Lit("<|im_start|>assistant\n"), r, rest, _End())
+    if h == "ministral_3":                                      # ministral3.cpp:75-108, content only
+        r = _opt(_Seq(_think("[THINK]", "[/THINK]"), _Lit("[/THINK]"))) if x else _Eps()
+        return _Seq(r, _Space(), rest)
+    if h == "cohere2moe":                                       # cohere2moe.cpp:80-104, content only
+        stops = ("<|END_THINKING|>", "<|START_TEXT|>", "<|START_ACTION|>")
+        if x:
+            r = _opt(_Seq(_think("<|START_THINKING|>", *stops), _opt(_Lit("<|END_THINKING|>"))))
+        else:
+            r = _opt(_Wrap(CONTENT, _Seq(_Lit("<|START_THINKING|>"), _Until(*stops), _opt(_Lit("<|END_THINKING|>")))))
+        text = _Seq(_Lit("<|START_TEXT|>"), _Wrap(CONTENT, _Until("<|END_TEXT|>")), _opt(_Lit("<|END_TEXT|>")))
+        return _Seq(_Lit("<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|>"), r, text, _opt(_Lit("<|END_OF_TURN_TOKEN|>")),
+                    _End())
+    if h == "kimi_k3":                                          # kimi-k3.cpp:69-94, content only
+        think_end, resp_start = "<|close|>think<|sep|>", "<|open|>response<|sep|>"
+        body = _Wrap(REASONING if x else CONTENT, _Until(think_end, resp_start))
+        r = _opt(_Seq(_opt(_Lit("<|open|>think<|sep|>")), body, _opt(_Lit(think_end))))
+        resp = _Seq(_opt(_Lit(resp_start)), _Wrap(CONTENT, _Until("<|close|>response<|sep|>", "<|open|>tools<|sep|>",
+                                                                   "<|close|>message<|sep|>")),
+                    _opt(_Lit("<|close|>response<|sep|>")))
+        return _Seq(_opt(_Lit('<|open|>message role="assistant"<|sep|>')), r, resp,
+                    _opt(_Lit("<|close|>message<|sep|>")), _opt(_Lit("<|end_of_msg|>")), _End())
+    if h == "ling3":                                            # ling3.cpp:64-103, content only
+        if spec.continuation:
+            think_open = spec.continuation != "content"
+        else:
+            gp = spec.generation_prompt
+            think_open = "<think>" in gp and ("</think>" not in gp or gp.rfind("<think>") > gp.rfind("</think>"))
+        until = _Until("</think>", "<tool_call>") if think_open else _Until("</think>")
+        r = _opt(_Seq(_opt(_Lit("<think>")), _Wrap(REASONING if x else CONTENT, until), _opt(_Lit("</think>"))))
+        tail = _Seq(_opt(_Wrap(CONTENT, _Until("<|role_end|>"))), _opt(_Lit("<|role_end|>")))
+        return _Seq(_opt(_Seq(_Lit("<role>ASSISTANT</role>"), _opt(_Space()))), r, tail, _End())
+    if h == "functionary_v3_2":                                 # functionary-v3-2.cpp:24-40, content only
+        return _Seq(_Lit("<|start_header_id|>assistant<|end_header_id|>\n\n>>>"), _Lit("all\n"), rest, _End())
+    if h == "muse_glimmer":                                     # muse-glimmer.cpp:51-131, content only
+        start = _Lit("<|start|>assistant")
+        if not x:
+            return _Seq(start, rest)
+        analysis = _Seq(_Lit(" to=self<|message|>"), _Wrap(REASONING, _Until("<|eom|>")), _Lit("<|eom|>"))
+        final = _Seq(_opt(_Lit(" to=user")), _Lit("<|message|>"), _Wrap(CONTENT, _Until("<|eot|>", "<|eom|>")))
+        return _Seq(_Rep(_Seq(start, analysis), 0, -1), start, final)
+    if h == "gpt_oss":                                          # gpt-oss.cpp:71-138, content only
+        start, end, body = _Lit("<|start|>assistant"), _Lit("<|end|>"), _Until("<|end|>")
+        stray = _opt(_Seq(_Lit("<|channel|>commentary"), _opt(_Lit(" to=assistant"))))
+        opening = _Seq(stray, _Lit("<|channel|>analysis<|message|>"))
+        analysis = (_Seq(opening, _Wrap(REASONING, body), end) if x
+                    else _Wrap(CONTENT, _Seq(opening, body, end)))
+        preamble = _Seq(_Lit("<|channel|>commentary<|message|>"), _Wrap(CONTENT, body), end)
+        final = _Seq(stray, _Lit("<|channel|>final<|message|>"), _Wrap(CONTENT, body))
+        channel = _Seq(_Lit("<|channel|>"), _Choice(_Lit("commentary"), _Lit("analysis")))
+        unsolicited = _Atomic(_Seq(_opt(channel), _Lit(" to="), body, end))
+        return _Seq(_Rep(_Seq(start, _Choice(preamble, analysis)), 0, -1), start, _Choice(final, unsolicited))
     return None
 
 
