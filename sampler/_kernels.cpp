@@ -314,7 +314,16 @@ static PyObject *k_temp_floats(PyObject *, PyObject *const *args, Py_ssize_t nar
         dst[max_i] = max_l;
         Py_RETURN_NONE;
     }
-    for (size_t i = 0; i < n; ++i) dst[i] = src[i] / temp;
+    size_t i = 0;
+#ifdef __SSE2__
+    if (src.stride == 4 && dst.stride == 4) {  // the same IEEE division, four at a time
+        const float *sp = reinterpret_cast<const float *>(src.base);
+        float *dp = reinterpret_cast<float *>(dst.base);
+        const __m128 t4 = _mm_set1_ps(temp);
+        for (; i + 4 <= n; i += 4) _mm_storeu_ps(dp + i, _mm_div_ps(_mm_loadu_ps(sp + i), t4));
+    }
+#endif
+    for (; i < n; ++i) dst[i] = src[i] / temp;
     Py_RETURN_NONE;
 }
 
