@@ -12,11 +12,14 @@ logits:
 * every stage: each C sampler of a second C chain applied in turn to one buffer vs each of our samplers applied in
   turn to one candidate array (so every stage sees the same input on both sides).
 
-The two sides alternate step by step and every time is the thread's CPU time (``time.thread_time``: a preemption on
+The two sides alternate step by step (and which goes first, since the second finds the caches as the first left
+them: C's 262,144-record buffer is 3 MB) and every time is the thread's CPU time (``time.thread_time``: a preemption on
 a loaded machine is not counted; ``--wall`` uses ``perf_counter`` instead); the table gives the medians over the
 steps and the median of the per-step ratios (ours / C), with the load average before and after.
 
-    GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_sampler.py [--steps 30] [--chains default,all-on]
+    GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_sampler.py [--steps 30] [--chains default,all-on] [--pure]
+
+``--pure`` measures our numpy path (``CONSTRAINED_PURE_PYTHON=1``) instead of the compiled kernels.
 """
 
 from __future__ import annotations
@@ -29,10 +32,13 @@ import time
 from pathlib import Path
 
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+if "--pure" in sys.argv:  # before sampler is imported
+    os.environ["CONSTRAINED_PURE_PYTHON"] = "1"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from sampler import kernels  # noqa: E402
 from sampler.candidates import Candidates  # noqa: E402
 from sampler.chain import Sampler  # noqa: E402
 from sampler.params import Params  # noqa: E402
@@ -74,35 +80,54 @@ def bench(p: Params, n: int, ties: bool, steps: int, seed: int = 0):
             s.accept(t)
     whole: list[tuple[float, float]] = []
     stages: list[list[tuple[float, float]]] = [[] for _ in names]
-    for _ in range(steps):
+    for step in range(steps):
         lg = make_logits(rng, n, ties)
-        # whole chain, C then ours
-        c.cand.fill(lg)
-        t0 = _clock()
-        L.llama_sampler_apply(c.chain, ctypes.byref(c.cand.arr))
-        t1 = _clock()
-        want = c.cand.result().token
-        t2 = _clock()
-        got = ours.sample(lg)
-        t3 = _clock()
+        c_first = step % 2 == 0  # the side that goes second finds the caches as the other left them: alternate
+
+        def c_whole(lg: np.ndarray = lg) -> tuple[int, float]:
+            c.cand.fill(lg)
+            t0 = _clock()
+            L.llama_sampler_apply(c.chain, ctypes.byref(c.cand.arr))
+            t1 = _clock()
+            return c.cand.result().token, t1 - t0
+
+        def ours_whole(lg: np.ndarray = lg) -> tuple[int, float]:
+            t0 = _clock()
+            tok = ours.sample(lg)
+            return tok, _clock() - t0
+
+        if c_first:
+            (want, tc), (got, to) = c_whole(), ours_whole()
+        else:
+            (got, to), (want, tc) = ours_whole(), c_whole()
         if got != want:
             raise SystemExit(f"MISMATCH n={n} ties={ties}: ours {got} vs C {want}")
-        whole.append((t3 - t2, t1 - t0))
-        # stage by stage, C then ours, on the second pair of chains
-        c_st.cand.fill(lg)
-        ct = []
-        for i in range(len(names)):
-            s = L.llama_sampler_chain_get(c_st.chain, i)
-            t0 = _clock()
-            L.llama_sampler_apply(s, ctypes.byref(c_st.cand.arr))
-            ct.append(_clock() - t0)
-        want_st = c_st.cand.result().token
-        cand = Candidates.from_logits(ours_st._logits(lg), copy=False)
-        ot = []
-        for st in ours_st.steps:
-            t0 = _clock()
-            st.apply(cand)
-            ot.append(_clock() - t0)
+        whole.append((to, tc))
+
+        # stage by stage on the second pair of chains
+        def c_stages(lg: np.ndarray = lg) -> tuple[int, list[float]]:
+            c_st.cand.fill(lg)
+            ct = []
+            for i in range(len(names)):
+                s = L.llama_sampler_chain_get(c_st.chain, i)
+                t0 = _clock()
+                L.llama_sampler_apply(s, ctypes.byref(c_st.cand.arr))
+                ct.append(_clock() - t0)
+            return c_st.cand.result().token, ct
+
+        def ours_stages(lg: np.ndarray = lg) -> tuple[Candidates, list[float]]:
+            cand = Candidates.from_logits(ours_st._logits(lg), copy=False)
+            ot = []
+            for st in ours_st.steps:
+                t0 = _clock()
+                st.apply(cand)
+                ot.append(_clock() - t0)
+            return cand, ot
+
+        if c_first:
+            (want_st, ct), (cand, ot) = c_stages(), ours_stages()
+        else:
+            (cand, ot), (want_st, ct) = ours_stages(), c_stages()
         got_st = int(cand.ids[cand.selected])
         if got_st != want_st:
             raise SystemExit(f"MISMATCH (stages) n={n} ties={ties}: ours {got_st} vs C {want_st}")
@@ -131,6 +156,7 @@ def main() -> None:
     ap.add_argument("--chains", default=",".join(CHAINS))
     ap.add_argument("--sizes", default="32000,262144")
     ap.add_argument("--wall", action="store_true", help="wall-clock time instead of the thread's CPU time")
+    ap.add_argument("--pure", action="store_true", help="our numpy path (CONSTRAINED_PURE_PYTHON=1), not the kernels")
     a = ap.parse_args()
     global _clock
     if a.wall:
@@ -139,6 +165,8 @@ def main() -> None:
     print(f"# load average before: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; {a.steps} steps per row; "
           f"medians (ms, {'wall clock' if a.wall else 'thread CPU time'}) of interleaved steps, "
           "ratio = median of per-step ours/C")
+    print(f"# ours: {'the compiled kernels (sampler._kernels)' if kernels.K is not None else 'the numpy path'}; "
+          "C and ours alternate which goes first")
     for chain in a.chains.split(","):
         p = CHAINS[chain]
         for n in (int(x) for x in a.sizes.split(",")):
