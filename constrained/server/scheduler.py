@@ -1,0 +1,236 @@
+"""Slot management, as llama-server's ``server_context`` does it: which slot a task gets
+(``get_available_slot``: the requested id, the best prompt similarity, else the least recently used), the
+host-memory prompt cache around that choice (``prompt_save`` / ``prompt_load``, :mod:`.prompt_cache`), launching a
+task and its ``n > 1`` children (``launch_slot_with_task``: samplers and grammar built), and releasing slots.
+
+:class:`SlotScheduler` is a part of :class:`~.engine.Engine` (a mixin: it uses the engine's context, slots and
+queue); the batch it feeds is :mod:`.batch`.
+
+Example:
+    >>> _trigger_args([{"type": 1, "value": "<tool_call>"}, {"type": 0, "value": "", "token": 7}])
+    (['<tool_call>'], [7])
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import Any
+
+import numpy as np
+from llama_cpp import llama_cpp as L
+
+from sampler import Sampler
+
+from ..errors import ConstrainedError
+from ..grammar import Grammar
+from ..slot import common_prefix
+from .errors import HttpError
+from .slots import Slot, Task
+
+__all__ = ["SlotScheduler"]
+
+
+class SlotScheduler:
+    """Picking, launching and releasing slots (methods of :class:`~.engine.Engine`)."""
+
+    cfg: Any
+    ctx: Any
+    mem: Any
+    slots: list[Slot]
+    prompt_cache: Any
+    kv_unified: bool
+    n_vocab: int
+    vocab: Any
+    metrics: dict[str, Any]
+    _deferred: list[Task]
+    _tick: int
+
+    def _pick_slot(self, task: Task, taken: set[int]) -> Slot | None:
+        # get_available_slot: the requested id, else the best LCP similarity, else the least recently used; a
+        # slot taken by LRU, or about to keep under half of its context, goes through the prompt cache
+        ret = None
+        update_cache = False
+        if task.params.id_slot != -1:
+            req = [s for s in self.slots if s.id == task.params.id_slot]
+            if not req or req[0].state != "idle" or req[0].id in taken:
+                return None
+            ret = req[0]
+        free = [s for s in self.slots if s.state == "idle" and s.id not in taken
+                and (task.params.id_slot == -1 or s.id == task.params.id_slot)]
+        if self.cfg.slot_prompt_similarity != 0.0:
+            best = np.float32(0.0)
+            sim_ret = None
+            for s in free:
+                if not s.tokens:
+                    continue
+                sim = np.float32(common_prefix(s.tokens, task.tokens)) / np.float32(max(1, len(task.tokens)))
+                if sim > best and sim > np.float32(self.cfg.slot_prompt_similarity):
+                    best = sim
+                    sim_ret = s
+            if sim_ret is not None:
+                ret = sim_ret
+                f_keep = best * np.float32(len(task.tokens)) / np.float32(len(ret.tokens))
+                update_cache = bool(f_keep < np.float32(0.5))
+        if ret is None:
+            t_last = -1
+            for s in free:
+                if ret is None or s.t_last_used <= t_last:
+                    t_last = s.t_last_used
+                    ret = s
+            update_cache = ret is not None
+        if ret is not None and update_cache and self.prompt_cache is not None:
+            self._prompt_save(ret)
+            if not self._prompt_load(ret, task.tokens):
+                self._prompt_clear(ret)
+            self.prompt_cache.update()
+        return ret
+
+    def _prompt_save(self, s: Slot) -> bool:
+        # server_slot::prompt_save: the sequence's whole state (and its checkpoints) into the host cache
+        assert self.prompt_cache is not None
+        if not s.tokens:
+            return False
+        size = int(L.llama_state_seq_get_size_ext(self.ctx, s.id, 0))
+
+        def read() -> bytes:
+            buf = (ctypes.c_uint8 * size)()
+            L.llama_state_seq_get_data_ext(self.ctx, buf, size, s.id, 0)
+            return bytes(buf)
+        return self.prompt_cache.alloc(s.tokens, s.checkpoints, size, read) is not None
+
+    def _prompt_load(self, s: Slot, tokens: list[int]) -> bool:
+        # server_prompt_cache::load into the slot's sequence; False when the state does not restore
+        assert self.prompt_cache is not None
+        entry = self.prompt_cache.find(s.tokens, tokens)
+        if entry is None:
+            return True
+        buf = (ctypes.c_uint8 * len(entry.data)).from_buffer_copy(entry.data)
+        if L.llama_state_seq_set_data_ext(self.ctx, buf, len(entry.data), s.id, 0) != len(entry.data):
+            return False
+        self.prompt_cache.take(entry)
+        s.tokens = list(entry.tokens)
+        s.checkpoints = list(entry.checkpoints)
+        return True
+
+    def _launch_pending(self) -> None:
+        still: list[Task] = []
+        for task in self._deferred:
+            if task.cancelled:
+                continue
+            group = [task, *task.children]
+            parent = self._pick_slot(task, set())
+            if parent is None:
+                still.append(task)
+                continue
+            # get_free_slots: the children take the first free slots by id, the parent's excluded
+            kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
+            if len(kids) < len(task.children):
+                still.append(task)
+                continue
+            chosen = [parent, *kids]
+            ok = all([self._launch(s, t) for t, s in zip(group, chosen, strict=True)])
+            if ok and self.prompt_cache is not None and self.cfg.cache_idle_slots:
+                for s in self.slots:                 # the idle slots saved (and cleared when unified)
+                    if s.state == "idle":
+                        if self._prompt_save(s):
+                            self.prompt_cache.update()
+                        if self.kv_unified:
+                            self._prompt_clear(s)
+        self._deferred = still
+        self.metrics["requests_deferred"] = len(still)
+
+    def _launch(self, slot: Slot, task: Task) -> bool:
+        # launch_slot_with_task: token ids checked, samplers (and grammar) built
+        slot.reset_gen()
+        p = task.params
+        if any(not 0 <= t < self.n_vocab for t in task.tokens):
+            self._error(task, HttpError("Prompt contains invalid tokens", "invalid_request_error"))
+            return False
+        try:
+            slot.sampler = Sampler(p.sampling, self.vocab)
+            if p.grammar:
+                g = Grammar.from_gbnf(p.grammar)
+                if p.grammar_lazy:
+                    pats, toks = _trigger_args(p.grammar_triggers)
+                    slot.matcher = g.matcher(self.vocab, trigger_patterns=pats, trigger_tokens=toks)
+                else:
+                    slot.matcher = g.matcher(self.vocab)
+                    if p.generation_prompt and p.grammar_type in ("tool_calls", "output_format"):
+                        self._prefill(slot.matcher, p.generation_prompt)
+        except ConstrainedError:
+            self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
+                                        "invalid_request_error"))
+            return False
+        except ValueError as e:
+            self._error(task, HttpError(f"Failed to initialize samplers: {e}", "invalid_request_error"))
+            return False
+        slot.task = task
+        slot.state = "wait_other" if task.parent is not None else "started"
+        self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+        return True
+
+    def _prefill(self, matcher: Any, gen_prompt: str) -> None:
+        """``common_sampler_init``: the generation prompt's tokens fed to the grammar (a leading space token the
+        tokenizer adds before a special token is skipped)."""
+        toks = self.tokenize(gen_prompt, False, True)
+        for i, t in enumerate(toks):
+            piece = self.piece(t, True)
+            if i == 0 and piece[:1].isspace() and not gen_prompt[:1].isspace():
+                continue
+            if not matcher.accept_token(t):
+                raise ValueError("grammar prefill failed for the generation prompt")
+
+    def _release(self, slot: Slot) -> None:
+        if slot.task is not None:
+            slot.task_prev = slot.task
+            if slot.task.parent is not None:      # a child keeps no context: the parent's is enough
+                slot.tokens = []
+                slot.checkpoints = []
+                L.llama_memory_seq_rm(self.mem, slot.id, -1, -1)
+        slot.task = None
+        slot.state = "idle"
+        self._tick += 1
+        slot.t_last_used = self._tick
+        self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+
+    def _prompt_clear(self, s: Slot) -> None:
+        L.llama_memory_seq_rm(self.mem, s.id, -1, -1)
+        s.tokens = []
+        s.checkpoints = []
+
+    def _clear_idle_slot(self) -> bool:
+        # try_clear_idle_slots: with a unified KV cache, the first idle slot holding a prompt is purged
+        if not self.kv_unified:
+            return False
+        for s in self.slots:
+            if s.state == "idle" and s.tokens:
+                self._prompt_clear(s)
+                return True
+        return False
+
+    def _error(self, task: Task, err: HttpError) -> None:
+        task.emit(err)
+
+
+def _trigger_args(triggers: list[dict[str, Any]]) -> tuple[list[str], list[int]]:
+    """``common_sampler_init``'s trigger lists: words escaped, full patterns anchored, tokens apart."""
+    from ..grammar.lazy_regex import regex_escape
+
+    pats: list[str] = []
+    toks: list[int] = []
+    for t in triggers:
+        kind, value = t["type"], t["value"]
+        if kind == 0:
+            toks.append(int(t["token"]))
+        elif kind == 1:
+            pats.append(regex_escape(value))
+        elif kind == 2:
+            pats.append(value)
+        elif kind == 3:
+            anchored = value
+            if not anchored.startswith("^"):
+                anchored = "^" + anchored
+            if not anchored.endswith("$"):
+                anchored += "$"
+            pats.append(anchored)
+    return pats, toks
