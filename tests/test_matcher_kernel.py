@@ -37,6 +37,11 @@ EXTRA = {
     "schema": json_schema_to_gbnf(SCHEMA),
     "loops": 'root ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" ["bn] )* "\\"" ( [^a]* "." | [a-zé]+ [é€]* )',
     "nonascii": 'root ::= ( [\\u0100-\\uffff] | [^a-z\\u00e0-\\u00ff] )* "!" | [\\u00e0-\\u00ff]{1,3} [0-1]*',
+    # bounded repetitions (GrammarRules.chain): a bounded string, a chain into a loop, non-ASCII and nested ones
+    "chains": 'root ::= "\\"" ( [^"\\\\\\x7F\\x00-\\x1F] | "\\\\" ["n] ){0,12} "\\"" ( [a-z]{2,} | [é€😀]{0,5} "." | '
+              '( [0-9]{1,3} "," ){0,4} )',
+    "bounded": json_schema_to_gbnf({"type": "object", "properties": {"a": {"type": "string", "maxLength": 20},
+                                    "b": {"type": "string", "minLength": 3, "maxLength": 8}}}),
 }
 THRESHOLDS = [None, (0, 0), (0, 512), (10**9, 0), (256, 10**9)]
 

@@ -37,6 +37,9 @@ GRAMMARS = [
     # loops on a class with disjoint exits (the mask walk's loop shortcut): string bodies, non-ASCII classes
     'root ::= "\\"" ( [^"\\\\\\x00-\\x1f] | "\\\\" ["b] )* "\\"" [ ]?',
     'root ::= ( [^\\x00-\\x7f] | [a] )* [<] | [é€]* ( [0-1] | [x] [^a]* )',
+    # bounded repetitions of a class (the walk's chain shortcut): a bounded string, one into a loop, non-ASCII
+    'root ::= "\\"" ( [^"\\\\] | "\\\\" ["b] ){0,5} "\\"" [a-b]{2,}',
+    'root ::= [é€😀a]{1,4} ( [0-1]{0,3} [x] | "b" )',
 ]
 
 pieces_st = st.lists(st.lists(st.sampled_from(BYTES), min_size=0, max_size=5).map(b"".join), min_size=4, max_size=40)
@@ -122,13 +125,14 @@ def _fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObje
 
 
 def test_loop_shortcut_on_a_large_vocabulary() -> None:
-    """Every piece of up to three of the adversarial bytes (20,000 tokens): masks along walks through the loop
-    grammars equal the exact port's token by token, and the loop shortcut decided many of the rows."""
+    """Every piece of up to three of the adversarial bytes (20,000 tokens): masks along walks through the loop and
+    bounded-repetition grammars equal the exact port's token by token, and the loop and chain shortcuts decided
+    many of the rows."""
     pieces = [b"".join(p) for k in (1, 2, 3) for p in itertools.product(BYTES, repeat=k)]
     vocab = _vocab(pieces)
     rng = np.random.default_rng(7)
     looped = 0
-    for text in (GRAMMARS[1], GRAMMARS[2], GRAMMARS[-2], GRAMMARS[-1]):
+    for text in (GRAMMARS[1], GRAMMARS[2], GRAMMARS[-4], GRAMMARS[-3], GRAMMARS[-2], GRAMMARS[-1]):
         cg = CompiledGrammar(reference_parse(text), vocab)
         m = cg.matcher()
         for _ in range(5):

@@ -8,9 +8,9 @@
 // Interface (see constrained/grammar/mask.py, _walk_kernel):
 //   Kernel(types: buffer of int32, bottom, token, token_not, visit_cost): one per GrammarRules (its class cache)
 //   Kernel.walk(stacks, table, left, loop_min_rows, range_min_rows, range_max_stacks, range_depth, lex, seed,
-//               want_pops, want_sure, (next_stacks, loop_exits, klass, value, first_rows, all_in, loop_parts))
+//               want_pops, want_sure, (next_stacks, loop_exits, klass, value, chain, first_rows, all_in, loop_parts))
 //     -> (acc: bytearray over rows, left, rows, visits, looped, pops | None, sure | None)
-//   with table = (ids, rem, val, longer, cols, flat, start): int64 buffers (cols: tuple of int32 buffers or ()).
+//   with table = (ids, rem, val, longer, cols, flat, start, length): int64 buffers (cols: tuple of int32 buffers or ()).
 //   left < 0 on return means the work budget ran out (the caller raises GrammarLimitError).
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -87,13 +87,14 @@ struct Calls {   // the grammar's and the table's Python callbacks, for one walk
     PyObject* loop_exits;
     PyObject* klass;
     PyObject* value;
+    PyObject* chain;
 };
 
 // Everything one walk call needs.
 struct Walk {
     KernelObject* k;
     Calls cb;
-    const int64_t *ids, *rem, *val, *longer, *flat, *start;
+    const int64_t *ids, *rem, *val, *longer, *flat, *start, *length;
     Py_ssize_t n, n_longer;
     std::vector<const int32_t*> cols;
     std::vector<Py_ssize_t> col_len;
@@ -202,6 +203,41 @@ struct Walk {
             out.push_back(q);
         }
         return true;
+    }
+
+    // GrammarRules.chain(s): the class tops at each link and whether the chain ends; false if None
+    bool chain_of(PyObject* s, std::vector<std::vector<int64_t>>& levels, bool& ended) {
+        Ref r(PyObject_CallOneArg(cb.chain, s));
+        if (!r.p) throw PyFail();
+        if (r.p == Py_None) return false;
+        PyObject* lv = PyTuple_GetItem(r.p, 0);
+        PyObject* en = PyTuple_GetItem(r.p, 1);
+        if (!lv || !en) throw PyFail();
+        Py_ssize_t m = PyTuple_Size(lv);
+        if (m < 0) throw PyFail();
+        levels.assign((size_t)m, {});
+        for (Py_ssize_t j = 0; j < m; j++) {
+            PyObject* tops = PyTuple_GetItem(lv, j);
+            if (!tops) throw PyFail();
+            for (Py_ssize_t i = 0; i < PyTuple_Size(tops); i++) {
+                long long q = PyLong_AsLongLong(PyTuple_GetItem(tops, i));
+                if (PyErr_Occurred()) throw PyFail();
+                levels[(size_t)j].push_back(q);
+            }
+        }
+        ended = PyObject_IsTrue(en) == 1;
+        return true;
+    }
+
+    // mask._chain_end_ok for one row with `left` code points to go
+    bool chain_end_ok(const std::vector<std::vector<int64_t>>& levels, int64_t e, int64_t left) {
+        if (left > (int64_t)levels.size() || left < 1) return false;
+        int64_t r = rem[e];
+        if (r == 0) return true;
+        if (r < 0) return false;
+        for (int64_t q : levels[(size_t)(left - 1)])
+            if (partial(cls(q), val[e], r)) return true;
+        return false;
     }
 
     const uint8_t* inside_of(int64_t top) {
@@ -325,6 +361,8 @@ struct Walk {
         const Class& c = cls(top);
         std::vector<int64_t> hit;   // indices into rws
         std::vector<int64_t> ex;
+        std::vector<std::vector<int64_t>> levels;
+        bool ended = false;
         if (kk >= loop_min_rows && exits_of(s, ex)) {   // rows wholly in the loop's class: decided at their end
             const uint8_t* inside = inside_of(top);
             for (Py_ssize_t i = 0; i < kk; i++) {
@@ -339,6 +377,24 @@ struct Walk {
         } else {
             for (Py_ssize_t i = 0; i < kk; i++)
                 if (match(c, cp_at(rws[(size_t)i], d))) hit.push_back(i);
+            if (kk >= loop_min_rows && (int64_t)hit.size() >= loop_min_rows && chain_of(s, levels, ended)) {
+                // rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain)
+                const uint8_t* inside = inside_of(top);
+                const int64_t nl = (int64_t)levels.size();
+                size_t wr = 0;
+                for (size_t j = 0; j < hit.size(); j++) {
+                    int64_t i = hit[j];
+                    int64_t r = rws[(size_t)i];
+                    int64_t left = length[r] - d;
+                    if (inside[r] && (left <= nl || ended)) {
+                        a[(size_t)i] = chain_end_ok(levels, r, left);
+                        looped += 1;
+                    } else {
+                        hit[wr++] = i;
+                    }
+                }
+                hit.resize(wr);
+            }
         }
         if (!hit.empty()) {
             std::vector<int64_t> sub_rows(hit.size());
@@ -503,10 +559,10 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
     PyObject *first_rows, *all_in, *loop_parts;
     long long left, loop_min_rows, range_min_rows, range_max_stacks, range_depth;
     int want_pops, want_sure;
-    if (!PyArg_ParseTuple(args, "O!O!LLLLLOOpp(OOOOOOO)", &PyTuple_Type, &stacks, &PyTuple_Type, &table, &left,
+    if (!PyArg_ParseTuple(args, "O!O!LLLLLOOpp(OOOOOOOO)", &PyTuple_Type, &stacks, &PyTuple_Type, &table, &left,
                           &loop_min_rows, &range_min_rows, &range_max_stacks, &range_depth, &lex, &seed,
                           &want_pops, &want_sure, &cb.next_stacks, &cb.loop_exits, &cb.klass, &cb.value,
-                          &first_rows, &all_in, &loop_parts))
+                          &cb.chain, &first_rows, &all_in, &loop_parts))
         return nullptr;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(stacks); i++)
         if (!PyTuple_Check(PyTuple_GET_ITEM(stacks, i))) {
@@ -517,8 +573,8 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
         PyErr_SetString(PyExc_RuntimeError, "Kernel not initialised");
         return nullptr;
     }
-    if (PyTuple_GET_SIZE(table) != 7) {
-        PyErr_SetString(PyExc_TypeError, "walk: table must be (ids, rem, val, longer, cols, flat, start)");
+    if (PyTuple_GET_SIZE(table) != 8) {
+        PyErr_SetString(PyExc_TypeError, "walk: table must be (ids, rem, val, longer, cols, flat, start, length)");
         return nullptr;
     }
     Ref pops, sure, out;
@@ -530,6 +586,8 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
         b_longer.open(PyTuple_GET_ITEM(table, 3), 8);
         b_flat.open(PyTuple_GET_ITEM(table, 5), 8);
         b_start.open(PyTuple_GET_ITEM(table, 6), 8);
+        Buf b_length;
+        b_length.open(PyTuple_GET_ITEM(table, 7), 8);
         PyObject* colt = PyTuple_GET_ITEM(table, 4);
         if (!PyTuple_Check(colt)) {
             PyErr_SetString(PyExc_TypeError, "walk: cols must be a tuple");
@@ -546,8 +604,13 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
         w.longer = (const int64_t*)b_longer.ptr;
         w.flat = (const int64_t*)b_flat.ptr;
         w.start = (const int64_t*)b_start.ptr;
+        w.length = (const int64_t*)b_length.ptr;
         w.n = b_ids.len;
         w.n_longer = b_longer.len;
+        if (b_rem.len != w.n || b_val.len != w.n || b_start.len != w.n || b_length.len != w.n) {
+            PyErr_SetString(PyExc_ValueError, "walk: the table's columns differ in length");
+            return nullptr;
+        }
         for (Py_ssize_t d = 0; d < ncol; d++) {
             colbufs[(size_t)d].open(PyTuple_GET_ITEM(colt, d), 4);
             w.cols.push_back((const int32_t*)colbufs[(size_t)d].ptr);
@@ -646,6 +709,71 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
             for (Py_ssize_t r = k0; r < n; r++) acc[r] |= rem[r] == 0 || Walk::partial(c, w.val[r], rem[r]);
             Ref matched_obj;
             bool looping = k0 >= loop_min_rows && w.exits_of(s, ex);
+            std::vector<std::vector<int64_t>> levels;
+            bool ended = false;
+            Ref first;
+            if (!looping && k0 >= loop_min_rows) {
+                first = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
+                if (!first.p) throw PyFail();
+            }
+            Buf bf;
+            if (first.p) bf.open(first.p, 8);
+            if (first.p && bf.len >= loop_min_rows && w.chain_of(s, levels, ended)) {
+                // rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain), from
+                // the loop shortcut's cached parts of the class; rows from lim on have at most len(levels) code
+                // points (rows are sorted by length)
+                Ref parts(PyObject_CallFunction(loop_parts, "L", (long long)top));
+                if (!parts.p) throw PyFail();
+                PyObject* clean = PyTuple_GetItem(parts.p, 0);
+                PyObject* clean_bits = PyTuple_GetItem(parts.p, 1);
+                PyObject* pending = PyTuple_GetItem(parts.p, 2);
+                PyObject* rest = PyTuple_GetItem(parts.p, 3);
+                if (!clean || !clean_bits || !pending || !rest) throw PyFail();
+                const int64_t nl = (int64_t)levels.size();
+                const Py_ssize_t lim = nl < w.n_longer ? (Py_ssize_t)w.longer[nl] : 0;
+                if (lim == 0 && w.sure && clean_bits != Py_None && PyList_Append(w.sure, clean_bits) < 0)
+                    throw PyFail();
+                Buf bc, bp, br;
+                bc.open(clean, 1);
+                bp.open(pending, 8);
+                br.open(rest, 8);
+                const uint8_t* cl = (const uint8_t*)bc.ptr;
+                for (Py_ssize_t i = lim; i < n; i++) acc[i] |= cl[i];
+                const int64_t* pe = (const int64_t*)bp.ptr;
+                for (Py_ssize_t i = 0; i < bp.len; i++) {
+                    int64_t e = pe[i];
+                    if (e >= lim && !acc[e] && w.chain_end_ok(levels, e, w.length[e])) acc[e] = 1;
+                }
+                const int64_t* rp = (const int64_t*)br.ptr;
+                std::vector<int64_t> matched;
+                if (ended || lim == 0) {
+                    matched.assign(rp, rp + br.len);
+                } else {   // rest and the rows wholly in the class longer than the chain (walked), ascending
+                    const uint8_t* inside = w.inside_of(top);
+                    std::vector<int64_t> longer_in;
+                    for (Py_ssize_t r = 0; r < lim; r++)
+                        if (inside[r]) longer_in.push_back(r);
+                    matched.resize((size_t)br.len + longer_in.size());
+                    auto it = std::set_union(rp, rp + br.len, longer_in.begin(), longer_in.end(), matched.begin());
+                    matched.resize((size_t)(it - matched.begin()));
+                }
+                w.looped += k0 - (int64_t)matched.size();
+                w.spend(n / 64);
+                size_t wr = 0;
+                for (size_t j = 0; j < matched.size(); j++)
+                    if (!acc[matched[j]]) matched[wr++] = matched[j];
+                matched.resize(wr);
+                w.rows += (int64_t)matched.size() + (n - k0);
+                w.visits += 1;
+                if (!matched.empty()) {
+                    Ref nxt = w.next(s);
+                    std::vector<uint8_t> sub;
+                    w.acc_stacks(nxt.p, matched, 1, sub);
+                    for (size_t j = 0; j < matched.size(); j++)
+                        if (sub[j]) acc[matched[j]] = 1;
+                }
+                continue;
+            }
             if (looping) {   // rows wholly in the loop's class: decided at their end (loop_exits)
                 Ref parts(PyObject_CallFunction(loop_parts, "L", (long long)top));
                 if (!parts.p) throw PyFail();
@@ -701,8 +829,12 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                     }
                     continue;
                 }
-                matched_obj = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
-                if (!matched_obj.p) throw PyFail();
+                if (first.p) {
+                    matched_obj = Ref(Py_NewRef(first.p));
+                } else {
+                    matched_obj = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
+                    if (!matched_obj.p) throw PyFail();
+                }
             }
             Buf bm;
             bm.open(matched_obj.p, 8);

@@ -179,6 +179,25 @@ def _loop_end_ok(g: GrammarRules, t: TokenTable, top: int, exits: tuple[int, ...
     return ok
 
 
+def _chain_end_ok(g: GrammarRules, t: TokenTable, levels: tuple[tuple[int, ...], ...], e: np.ndarray,
+                  left: np.ndarray) -> np.ndarray:
+    """For rows ``e`` wholly in a chain's class with ``left`` code points to go: the rows that end within the chain
+    end at level ``left - 1``, accepted there if they end cleanly or their pending UTF-8 sequence may continue one
+    of that level's classes; rows longer than the chain (an ended chain) are rejected."""
+    ok = np.zeros(len(e), dtype=bool)
+    for j in np.unique(left[left <= len(levels)]).tolist():
+        sel = np.flatnonzero(left == j)
+        rows = e[sel]
+        rem = t.rem[rows]
+        o = rem == 0
+        if (rem > 0).any():
+            val = t.val[rows]
+            for q in levels[j - 1]:
+                o |= _partial_match(g, q, val, rem)
+        ok[sel] = o
+    return ok
+
+
 def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
     """Rows whose first code point the class at ``p`` matches, from the table's sorted index (no full scan)."""
     positive, items, _ = g.classes[p]
@@ -306,7 +325,8 @@ def _kernel(g: GrammarRules):  # noqa: ANN202
         values = g.values
         k = g.__dict__["_walk_kernel"] = (_walk_ext.Kernel(array("i", g.types), g.bottom, TOKEN, TOKEN_NOT,
                                                             VISIT_COST),
-                                          (g.next_stacks, g.loop_exits, lambda p: classes[p][:2], values.__getitem__))
+                                          (g.next_stacks, g.loop_exits, lambda p: classes[p][:2], values.__getitem__,
+                                           g.chain))
     return k
 
 
@@ -320,7 +340,8 @@ def _kernel_table(t: TokenTable) -> tuple:
             if t.inv is not None and all(d in cols for d in range(len(t.longer) - 1)) else ()
         kt = t.__dict__["_kernel_table"] = (c(t.ids, dtype=np.int64), c(t.rem, dtype=np.int64),
                                             c(t.val, dtype=np.int64), c(t.longer, dtype=np.int64), cols,
-                                            c(t.flat, dtype=np.int64), c(t.start, dtype=np.int64))
+                                            c(t.flat, dtype=np.int64), c(t.start, dtype=np.int64),
+                                            c(t.length, dtype=np.int64))
     return kt
 
 
@@ -425,6 +446,26 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             acc |= clean
             e = pending[~acc[pending]]
             acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
+            work.looped += k0 - len(matched)
+            work.spend(n // 64)
+        elif (k0 >= LOOP_MIN_ROWS and len(_first_rows_cached(g, top, t)) >= LOOP_MIN_ROWS
+              and (chain := g.chain(s)) is not None):
+            # rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain)
+            # from the loop shortcut's cached parts of the class: rows from ``lim`` on have at most len(levels)
+            # code points (rows are sorted by length)
+            levels, ended = chain
+            clean, clean_bits, pending, rest = _loop_parts(g, top, t)
+            lim = int(t.longer[len(levels)]) if len(levels) < len(t.longer) else 0
+            if lim == 0:
+                if sure is not None and clean_bits is not None:
+                    sure.append(clean_bits)
+                acc |= clean
+            else:
+                acc[lim:] |= clean[lim:]
+            e = pending[pending >= lim]
+            e = e[~acc[e]]
+            acc[e[_chain_end_ok(g, t, levels, e, t.length[e])]] = True
+            matched = rest if ended or lim == 0 else np.union1d(rest, np.flatnonzero(_all_in(g, top, t)[:lim]))
             work.looped += k0 - len(matched)
             work.spend(n // 64)
         else:
@@ -602,7 +643,17 @@ def _acc_stack(g: GrammarRules, t: TokenTable, s: Stack, rows: np.ndarray, d: in
         rest = np.flatnonzero(~inside)
         hit = rest[_class_match(g, top, t.col(d)[cont[rest]])]
     else:
-        hit = np.flatnonzero(_class_match(g, top, t.col(d)[cont]))
+        hm = _class_match(g, top, t.col(d)[cont])
+        if (k >= LOOP_MIN_ROWS and np.count_nonzero(hm) >= LOOP_MIN_ROWS
+                and (chain := g.chain(s)) is not None):
+            levels, ended = chain      # rows wholly in the class: decided by their length (GrammarRules.chain)
+            left = t.length[cont] - d
+            dec = _all_in(g, top, t)[cont] & ((left <= len(levels)) | ended)
+            di = np.flatnonzero(dec)
+            a[di] = _chain_end_ok(g, t, levels, cont[di], left[di])
+            work.looped += len(di)
+            hm &= ~dec
+        hit = np.flatnonzero(hm)
     if len(hit):
         sub = _acc_stacks(g, t, g.next_stacks(s), cont[hit], d + 1, pops, work)
         a[hit[sub]] = True

@@ -48,6 +48,10 @@ CANON_MAX_ELEMENTS = 1024
 key would cost more to build than it saves (their per-suffix walks are keyed on the grammar instead)."""
 
 
+CHAIN_MAX = 64
+"""Links of a bounded repetition followed by :meth:`GrammarRules.chain` (more than any token's code points)."""
+
+
 MAX_STACKS = 65_536
 """Default bound on the stacks one state may hold (``MatcherLimits.max_stacks`` sets it per compiled grammar)."""
 
@@ -222,6 +226,7 @@ class GrammarRules:
         self._canon_memo = BoundedMemo("canonical_key", budget=1 << 18)
         self._loop_memo = BoundedMemo("loop_exits", budget=1 << 18)
         self._shape_memo = BoundedMemo("rule_shape", budget=1 << 18)
+        self._chain_memo = BoundedMemo("chain_step", budget=1 << 18)
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
@@ -231,12 +236,12 @@ class GrammarRules:
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
         return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                                       self._loop_memo, self._shape_memo)}
+                                       self._loop_memo, self._shape_memo, self._chain_memo)}
 
     def clear_memos(self) -> None:
         """Drop every memoised stack operation (they are rebuilt on demand)."""
         for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                  self._loop_memo, self._shape_memo):
+                  self._loop_memo, self._shape_memo, self._chain_memo):
             m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
@@ -327,6 +332,74 @@ class GrammarRules:
                 if tops is not None:
                     res = tuple(dict.fromkeys(tops))
         self._loop_memo.put(stack, res, 8 + len(stack) + (len(res) if res else 0))
+        return res
+
+    def chain_step(self, stack: Stack) -> tuple[Stack | None, tuple[int, ...]] | None:
+        """For a class-topped ``stack`` (class ``C`` at position ``p``) whose :meth:`next_stacks` are empty or
+        class-topped, and among the class-topped ones at most one can take a code point of ``C`` and it is topped by
+        ``p`` itself (the next *link*): ``(link or None, the class tops of the next stacks)``. None otherwise
+        (memoised). A bounded repetition of one class (``[^"]{0,40}``, llama.cpp's nested optional rules) is a
+        chain of such links."""
+        memo = self._chain_memo.get(stack, 0)
+        if memo != 0:
+            return memo
+        top = stack[-1]
+        res: tuple[Stack | None, tuple[int, ...]] | None = None
+        if self.types[top] in _CLASS:
+            link: Stack | None = None
+            tops: list[int] = []
+            ok = True
+            for o in self.next_stacks(stack):
+                if not o:
+                    continue
+                q = o[-1]
+                if self.types[q] not in _CLASS:
+                    ok = False
+                    break
+                tops.append(q)
+                if q == top and link is None:
+                    link = o
+                elif not self.disjoint(top, q):
+                    ok = False
+                    break
+            if ok:
+                res = (link, tuple(dict.fromkeys(tops)))
+        self._chain_memo.put(stack, res, 8 + len(stack) + (len(res[1]) + (len(res[0]) if res[0] else 0) if res
+                                                           else 0))
+        return res
+
+    def chain(self, stack: Stack) -> tuple[tuple[tuple[int, ...], ...], bool] | None:
+        """The chain of links from a class-topped ``stack`` that is not a loop (see :meth:`chain_step`), up to
+        :data:`CHAIN_MAX` links: ``(levels, ended)``, where ``levels[j]`` are the class tops of the next stacks at
+        link ``j`` and ``ended`` says the last link has no successor. A candidate whose remaining ``R`` code points
+        all match the class ends at link ``R - 1`` if ``R <= len(levels)`` (accepted iff it ends cleanly or its
+        pending UTF-8 sequence may continue one of ``levels[R - 1]``), and is rejected if ``R > len(levels)`` and
+        ``ended``; otherwise the walk decides it. None where the first step is not a link or is a loop
+        (memoised)."""
+        memo = self._chain_memo.get(("chain", stack), 0)
+        if memo != 0:
+            return memo
+        first = self.chain_step(stack)
+        if first is None or first[0] is None or first[0] == stack:
+            self._chain_memo.put(("chain", stack), None, 8 + len(stack))
+            return None
+        levels: list[tuple[int, ...]] = []
+        ended = False
+        cur = stack
+        while len(levels) < CHAIN_MAX:
+            step = self.chain_step(cur)
+            if step is None:
+                break
+            link, tops = step
+            levels.append(tops)
+            if link is None:
+                ended = True
+                break
+            if link == cur:       # the chain runs into a loop: the walk decides longer candidates
+                break
+            cur = link
+        res = (tuple(levels), ended)
+        self._chain_memo.put(("chain", stack), res, 8 + len(stack) + sum(map(len, levels)))
         return res
 
     def is_eos(self, p: int) -> bool:
