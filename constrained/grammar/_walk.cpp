@@ -949,11 +949,12 @@ PyObject* pack_ids(PyObject*, PyObject* args) {
 // mask._all_in from TokenTable.summary: rows whose ASCII code points are all in (mlo, mhi) and whose code points
 // from 128 on lie within one of the ranges `na` (mode 0: any, 1: none allowed, 2: within one range)
 PyObject* all_in(PyObject*, PyObject* args) {
-    PyObject *lo_o, *hi_o, *nmin_o, *nmax_o, *na_o, *off_o = nullptr, *rows_o = nullptr;
+    PyObject *lo_o, *hi_o, *nmin_o, *nmax_o, *na_o, *cand_o = Py_None, *off_o = nullptr, *rows_o = nullptr;
     unsigned long long mlo, mhi;
     int mode;
-    if (!PyArg_ParseTuple(args, "OOOOKKiO|OO", &lo_o, &hi_o, &nmin_o, &nmax_o, &mlo, &mhi, &mode, &na_o, &off_o,
-                          &rows_o))
+    Py_ssize_t k0 = 0;
+    if (!PyArg_ParseTuple(args, "OOOOKKiO|OnOO", &lo_o, &hi_o, &nmin_o, &nmax_o, &mlo, &mhi, &mode, &na_o, &cand_o,
+                          &k0, &off_o, &rows_o))
         return nullptr;
     try {
         Buf lo, hi, nmin, nmax;
@@ -978,7 +979,39 @@ PyObject* all_in(PyObject*, PyObject* args) {
         const uint64_t *l = (const uint64_t*)lo.ptr, *h = (const uint64_t*)hi.ptr;
         const int64_t *a = (const int64_t*)nmin.ptr, *b = (const int64_t*)nmax.ptr;
         const uint64_t nlo = ~(uint64_t)mlo, nhi = ~(uint64_t)mhi;
-        if (off_o && rows_o) {   // the inverted ASCII index (TokenTable.ascii_rows): from the excluded code points
+        auto row_in = [&](Py_ssize_t i) -> bool {
+            bool ok = (l[i] & nlo) == 0 && (h[i] & nhi) == 0;
+            if (ok && mode != 0 && b[i] >= 0) {
+                ok = false;
+                if (mode == 2)
+                    for (const auto& rg : na)
+                        if (a[i] >= rg.first && b[i] <= rg.second) {
+                            ok = true;
+                            break;
+                        }
+            }
+            return ok;
+        };
+        if (cand_o != Py_None) {   // only the candidate rows (those whose first code point the class matches: no
+                                   // other row with a code point is wholly in it) and the rows from k0 on
+            Buf cand;
+            cand.open(cand_o, 8);
+            std::memset(r, 0, (size_t)n);
+            const int64_t* cp = (const int64_t*)cand.ptr;
+            for (Py_ssize_t j = 0; j < cand.len; j++) {
+                int64_t i = cp[j];
+                if (i < 0 || i >= n) {
+                    PyErr_SetString(PyExc_ValueError, "all_in: row out of range");
+                    return nullptr;
+                }
+                r[i] = row_in((Py_ssize_t)i);
+            }
+            for (Py_ssize_t i = std::max<Py_ssize_t>(k0, 0); i < n; i++) r[i] = row_in(i);
+            PyObject* o = out.p;
+            out.p = nullptr;
+            return o;
+        }
+        if (off_o && rows_o && off_o != Py_None) {   // the inverted ASCII index (TokenTable.ascii_rows): from the excluded code points
             Buf off, rws;
             off.open(off_o, 8);
             rws.open(rows_o, 8);
@@ -1045,10 +1078,10 @@ PyObject* all_in(PyObject*, PyObject* args) {
 // mask._loop_parts at depth 0, in one pass: (clean, outside, pending, rest, clean_bits) of a loop on a class over a
 // table, from its all_in rows; clean_bits (packed over ids, np.packbits order) only where ids (every id once) are given
 PyObject* loop_parts(PyObject*, PyObject* args) {
-    PyObject *inside_o, *rem_o, *col0_o, *items_o, *ids_o = Py_None;
+    PyObject *inside_o, *rem_o, *col0_o, *items_o, *ids_o = Py_None, *first_o = Py_None;
     Py_ssize_t k0;
     int positive;
-    if (!PyArg_ParseTuple(args, "OOnOpO|O", &inside_o, &rem_o, &k0, &col0_o, &positive, &items_o, &ids_o))
+    if (!PyArg_ParseTuple(args, "OOnOpO|OO", &inside_o, &rem_o, &k0, &col0_o, &positive, &items_o, &ids_o, &first_o))
         return nullptr;
     try {
         Buf inside, rem, col0, ids;
@@ -1092,7 +1125,19 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
         const int8_t* rm = (const int8_t*)rem.ptr;
         const int32_t* c0 = (const int32_t*)col0.ptr;
         std::vector<int64_t> pending, rest;
-        for (Py_ssize_t r = 0; r < k0; r++) {
+        Buf first;
+        const int64_t* fr = nullptr;
+        if (first_o != Py_None) {   // the rows whose first code point the class matches, ascending: the only ones
+            first.open(first_o, 8);   // that can be wholly in it or walked
+            fr = (const int64_t*)first.ptr;
+        }
+        const Py_ssize_t count = fr ? first.len : k0;
+        for (Py_ssize_t j = 0; j < count; j++) {
+            Py_ssize_t r = fr ? (Py_ssize_t)fr[j] : j;
+            if (r < 0 || r >= k0) {
+                PyErr_SetString(PyExc_ValueError, "loop_parts: row out of range");
+                return nullptr;
+            }
             if (in[r]) {
                 if (rm[r] == 0) {
                     cl[r] = 1;
@@ -1108,7 +1153,7 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
                 } else if (rm[r] > 0) {
                     pending.push_back(r);
                 }
-            } else if (Walk::match(c, c0[r])) {
+            } else if (fr || Walk::match(c, c0[r])) {
                 rest.push_back(r);
             }
         }

@@ -115,8 +115,11 @@ def _all_in(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
                 na.append((max(a, 128), b))
         mode = 0 if na == [(128, _ANY_CP)] else 1 if not na else 2
         if _walk_ext is not None and COMPILED_HELPERS:
+            k0 = int(t.longer[0]) if len(t.longer) else 0
+            first = _first_rows_cached(g, p, t)      # no other row with a code point can be wholly in the class
             r = np.frombuffer(_walk_ext.all_in(lo, hi, na_min, na_max, mlo, mhi, mode, tuple(na),
-                                               *t.__dict__.get("_ascii_rows", ())), dtype=bool)
+                                               first if len(first) * 4 < t.n else None, k0,
+                                               *t.__dict__.get("_ascii_rows", (None, None))), dtype=bool)
         else:
             r = ((lo & np.uint64(~mlo & 0xFFFFFFFFFFFFFFFF)) == 0) & ((hi & np.uint64(~mhi & 0xFFFFFFFFFFFFFFFF)) == 0)
             none = na_max < 0
@@ -147,9 +150,10 @@ def _loop_parts(g: GrammarRules, p: int, t: TokenTable) -> tuple[np.ndarray, tup
         if _walk_ext is not None and COMPILED_HELPERS:
             positive, items, _ = g.classes[p]
             compact = t.compact()
+            first = _first_rows_cached(g, p, t)
             clean, outside, pending, rest, bits = _walk_ext.loop_parts(
                 _all_in(g, p, t), compact[0], k0, np.ascontiguousarray(t.col(0), dtype=np.int32), positive, items,
-                compact[1] if t.inv is not None else None)
+                compact[1] if t.inv is not None else None, first if len(first) * 4 < t.n else None)
             clean, outside = np.frombuffer(clean, dtype=bool), np.frombuffer(outside, dtype=bool)
             pending, rest = np.frombuffer(pending, dtype=np.int64), np.frombuffer(rest, dtype=np.int64)
             clean_bits = (outside, np.frombuffer(bits, dtype=np.uint8)) if bits is not None else None

@@ -66,11 +66,13 @@ class _LRU(OrderedDict):
         self.lock = threading.Lock()
 
     def get_lru(self, key: Any) -> Any:
-        with self.lock:
-            v = self.get(key)
-            if v is not None:
+        v = self.get(key)          # a hit needs no lock: get and move_to_end are atomic under the GIL
+        if v is not None:
+            try:
                 self.move_to_end(key)
-            return v
+            except KeyError:       # evicted by another thread in between: still a valid value
+                pass
+        return v
 
     def put(self, key: Any, value: Any, cost: int = 1) -> None:
         with self.lock:
