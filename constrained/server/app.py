@@ -5,141 +5,34 @@ while the model loads, then the API key (``Authorization: Bearer`` or ``X-Api-Ke
 Every response carries ``Server: llama.cpp``. Errors are llama-server's (``{"error": {"code", "message",
 "type"}}``; a malformed JSON body is 500 with nlohmann's parse-error text).
 
+The completion routes' common path is :mod:`.completions`; the settings and shared state :mod:`.state`; request
+and response bodies :mod:`.bodies`.
+
 Example:
-    >>> app = build_app(ServerState.load(ServerConfig(model_path="model.gguf")))   # doctest: +SKIP
+    >>> app = build_app(ServerState.load(ServerConfig(EngineConfig(model_path="model.gguf"))))   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
-from .chat_api import ContentParser, chat_params, parser_for
-from .engine import Engine, EngineConfig, Final, Partial, Task, user_message_starts
+from .bodies import error_response, json_response, read_body
+from .chat_api import chat_params, parser_for
+from .completions import run_completion
 from .errors import HttpError, middleware_error
-from .jsonout import DONE, PING, dumps, sse
-from .results import (
-    chat_final,
-    chat_partial,
-    chat_stream_final,
-    completion_final,
-    completion_partial,
-    gen_id,
-    oai_cmpl_final,
-    oai_cmpl_partial,
-)
-from .task import TaskParams, prompt_inputs
+from .results import gen_id
+from .state import ServerConfig, ServerState
+from .task import TaskParams
 
 __all__ = ["ServerConfig", "ServerState", "build_app"]
-
-JSON_CT = "application/json; charset=utf-8"
-
-
-@dataclass
-class ServerConfig:
-    """llama-server's server-side flags (the model and context ones go to :class:`EngineConfig`)."""
-
-    engine: EngineConfig
-    alias: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
-    api_keys: list[str] = field(default_factory=list)
-    jinja: bool = True
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    endpoint_slots: bool = True
-    endpoint_metrics: bool = False
-    endpoint_props: bool = False
-    ui: bool = True
-    cors_origins: str = "*"
-    prefill_assistant: bool = True
-    log_requests: bool = True
-    verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
-    build_info: str = "b0-unknown"
-
-
-class ServerState:
-    """The engine, the templates and the model's metadata, shared by the handlers."""
-
-    def __init__(self, cfg: ServerConfig, engine: Engine) -> None:
-        from llama_cpp import llama_cpp as L
-
-        self.cfg = cfg
-        self.engine = engine
-        self.templates = ChatTemplates.from_model(engine.model, engine.vocab_ptr, cfg.chat_template)
-        path = cfg.engine.model_path
-        self.model_name = sorted(cfg.alias)[0] if cfg.alias else path
-        buf = bytes(256)
-        import ctypes
-
-        b = ctypes.create_string_buffer(256)
-        L.llama_model_desc(engine.model, b, len(b))
-        desc = b.value.decode("utf-8", "replace")
-        self.model_ftype = desc.split(" ", 2)[2] if desc.count(" ") >= 2 else desc
-        del buf
-        self.meta = {
-            "vocab_type": int(L.llama_vocab_type(engine.vocab_ptr)), "n_vocab": engine.n_vocab,
-            "n_ctx": engine.n_ctx, "n_ctx_train": engine.n_ctx_train, "n_embd": int(L.llama_model_n_embd(engine.model)),
-            "n_params": int(L.llama_model_n_params(engine.model)), "size": int(L.llama_model_size(engine.model)),
-            "ftype": self.model_ftype,
-        }
-        self.t_start = int(time.time())
-        self.ready = True
-
-    @classmethod
-    def load(cls, cfg: ServerConfig, progress: Any = None) -> ServerState:
-        eng = Engine(cfg.engine, progress)
-        eng.start()
-        return cls(cfg, eng)
-
-    def eog_bias(self) -> list[int]:
-        return self.engine.eog_ids
-
-    def task_params(self, data: dict[str, Any], chat: bool) -> TaskParams:
-        e = self.engine
-        return TaskParams.from_body(data, n_parallel=e.n_parallel, vocab=e.vocab, base=e.cfg.sampling,
-                                    base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat,
-                                    verbose=self.cfg.verbose)
-
-
-def _resp(obj: Any, status: int = 200) -> Response:
-    return Response(dumps(obj), status_code=status, media_type=JSON_CT)
-
-
-def _err(e: HttpError) -> Response:
-    return _resp(e.body(), e.status)
-
-
-def _parse_error_text(raw: bytes, err: json.JSONDecodeError) -> str:
-    # nlohmann's parse_error.101 text, as close as Python's parser lets us: position is 1-based
-    line = raw[: err.pos].count(b"\n") + 1
-    col = err.pos - (raw.rfind(b"\n", 0, err.pos) + 1) + 1
-    last = raw[: err.pos + 1].decode("utf-8", "replace")
-    if not raw.strip():
-        return ("[json.exception.parse_error.101] parse error at line 1, column 1: attempting to parse an empty "
-                "input; check that your input string or stream contains the expected JSON")
-    return (f"[json.exception.parse_error.101] parse error at line {line}, column {col}: syntax error while "
-            f"parsing value - invalid literal; last read: '{last}'")
-
-
-async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as e:
-        raise HttpError(_parse_error_text(raw, e), "server_error") from None
-    except UnicodeDecodeError:
-        raise HttpError("[json.exception.parse_error.101] parse error: invalid UTF-8", "server_error") from None
-    return data
 
 
 def build_app(state: ServerState) -> Starlette:
@@ -153,12 +46,12 @@ def build_app(state: ServerState) -> Starlette:
 
     # ------------------------------------------------------------------ simple endpoints
     async def health(request: Request) -> Response:
-        return _resp({"status": "ok"})
+        return json_response({"status": "ok"})
 
     async def models(request: Request) -> Response:
         name = state.model_name
         aliases = sorted(set(cfg.alias)) if cfg.alias else [name]
-        return _resp({
+        return json_response({
             "models": [{"name": name, "model": name, "modified_at": "", "size": "", "digest": "", "type": "model",
                         "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
                         "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
@@ -171,9 +64,9 @@ def build_app(state: ServerState) -> Starlette:
     async def props(request: Request) -> Response:
         if request.method == "POST":
             if not cfg.endpoint_props:
-                return _err(HttpError("This server does not support changing global properties. Start it with "
+                return error_response(HttpError("This server does not support changing global properties. Start it with "
                                       "`--props`", "not_supported_error"))
-            return _resp({"success": True})
+            return json_response({"success": True})
         base = TaskParams(sampling=eng.cfg.sampling, n_predict=eng.cfg.n_predict)
         base.reasoning_format = "none"
         t = state.templates
@@ -189,11 +82,11 @@ def build_app(state: ServerState) -> Starlette:
         }
         if cfg.jinja and t.tool_use:
             out["chat_template_tool_use"] = t.tool_use
-        return _resp(out)
+        return json_response(out)
 
     async def slots(request: Request) -> Response:
         if not cfg.endpoint_slots:
-            return _err(HttpError("This server does not support slots endpoint. Start it with `--slots`",
+            return error_response(HttpError("This server does not support slots endpoint. Start it with `--slots`",
                                   "not_supported_error"))
         arr = []
         n_idle = 0
@@ -213,12 +106,12 @@ def build_app(state: ServerState) -> Starlette:
                                           "n_decoded": s.n_decoded if busy else 0}]})
             arr.append(d)
         if request.query_params.get("fail_on_no_slot") and n_idle == 0:
-            return _err(HttpError("no slot available", "unavailable_error"))
-        return _resp(arr)
+            return error_response(HttpError("no slot available", "unavailable_error"))
+        return json_response(arr)
 
     async def metrics(request: Request) -> Response:
         if not cfg.endpoint_metrics:
-            return _err(HttpError("This server does not support metrics endpoint. Start it with `--metrics`",
+            return error_response(HttpError("This server does not support metrics endpoint. Start it with `--metrics`",
                                   "not_supported_error"))
         m = eng.metrics
         rows = [
@@ -244,7 +137,7 @@ def build_app(state: ServerState) -> Starlette:
                         headers={"Process-Start-Time-Unix": str(state.t_start)})
 
     async def tokenize(request: Request) -> Response:
-        data = await _body(request)
+        data = await read_body(request)
         out: list[Any] = []
         if isinstance(data, dict) and "content" in data:
             add_special = data.get("add_special") is True
@@ -271,210 +164,42 @@ def build_app(state: ServerState) -> Starlette:
                     out.append({"id": t, "piece": pv})
             else:
                 out = toks
-        return _resp({"tokens": out})
+        return json_response({"tokens": out})
 
     async def detokenize(request: Request) -> Response:
-        data = await _body(request)
+        data = await read_body(request)
         content = ""
         if isinstance(data, dict) and "tokens" in data:
             toks = [int(t) for t in data["tokens"] if isinstance(t, int) and 0 <= t < eng.n_vocab]
             content = eng.detokenize(toks, True).decode("utf-8", "replace")
-        return _resp({"content": content})
+        return json_response({"content": content})
 
     async def chat_body(request: Request) -> dict[str, Any]:
         # oaicompat_chat_params_parse on the request body: the prompt and the completion fields of a chat request
-        data = await _body(request)
+        data = await read_body(request)
         if not isinstance(data, dict):
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         return chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
                            chat_template_kwargs=cfg.chat_template_kwargs)
 
     async def apply_template(request: Request) -> Response:
-        return _resp({"prompt": (await chat_body(request))["prompt"]})
+        return json_response({"prompt": (await chat_body(request))["prompt"]})
 
     # ------------------------------------------------------------------ completions
-    async def run_completion(request: Request, data: dict[str, Any], kind: str,
-                             parser_factory: Any = None) -> Response:
-        t0 = time.perf_counter()
-        if not isinstance(data, dict):
-            raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
-        chat = kind == "chat"
-        try:
-            if "prompt" not in data:
-                raise ValueError("[json.exception.out_of_range.403] key 'prompt' not found")
-            inputs = prompt_inputs(data["prompt"])
-            tasks: list[Task] = []
-            loop = asyncio.get_running_loop()
-            q: asyncio.Queue[Any] = asyncio.Queue()
-
-            def emit(ev: Any) -> None:
-                loop.call_soon_threadsafe(q.put_nowait, ev)
-
-            params0 = None
-            delims = []
-            for d in data.get("message_delimiters") or []:
-                if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
-                    delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
-            for i, p in enumerate(inputs):
-                toks = eng.tokenize_prompt(p)
-                params = state.task_params(data, chat)
-                if chat and not isinstance(data.get("_chat_format_name"), str):
-                    params.chat_format = "Content-only"
-                params0 = params0 or params
-                n = params.n_cmpl
-                kids = []
-                for j in range(1, n):
-                    cp = state.task_params(data, chat)
-                    if cp.sampling.seed != 0xFFFFFFFF:
-                        cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
-                    kids.append(Task(list(toks), cp, emit, index=i * n + j))
-                tasks.append(Task(toks, params, emit, index=i * n, children=kids))
-                if delims:
-                    tasks[-1].user_starts = user_message_starts(toks, delims)
-                    for k in kids:
-                        k.user_starts = tasks[-1].user_starts
-        except HttpError:
-            raise
-        except (ValueError, TypeError, OverflowError) as e:
-            raise HttpError(str(e), "invalid_request_error") from None
-        all_tasks = [t for task in tasks for t in (task, *task.children)]
-        stream = params0.stream if params0 else False
-        cmpl_id = gen_id()
-        created = int(time.time())
-        model = state.model_name
-        fp = cfg.build_info
-        for t in tasks:
-            eng.submit(t)
-
-        def cancel() -> None:
-            for t in tasks:
-                t.cancel()
-
-        def verbose_of(f: Final) -> dict[str, Any] | None:
-            if not f.task.params.verbose:
-                return None
-            return completion_final(f, model, f.task.params.to_json(state.eog_bias()), apply_fields=False)
-
-        if not stream:
-            finals: dict[int, Final] = {}
-            watcher = asyncio.ensure_future(_watch_disconnect(request))
-            try:
-                while len(finals) < len(all_tasks):
-                    get = asyncio.ensure_future(q.get())
-                    done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                    if watcher in done:
-                        get.cancel()
-                        cancel()
-                        return Response(b"", status_code=499)
-                    ev = get.result()
-                    if isinstance(ev, HttpError):
-                        cancel()
-                        log(f"request {request.url.path} -> {ev.status} ({ev.message[:80]})")
-                        return _err(ev)
-                    if isinstance(ev, Final):
-                        finals[ev.task.index] = ev
-            finally:
-                watcher.cancel()
-            ordered = [finals[k] for k in sorted(finals)]
-            if kind == "completion":
-                objs = [completion_final(f, model, f.task.params.to_json(state.eog_bias())) for f in ordered]
-                body: Any = objs[0] if len(objs) == 1 else objs
-            elif kind == "oai_cmpl":
-                objs = [oai_cmpl_final(f, model, cmpl_id, fp, created, verbose_of(f)) for f in ordered]
-                body = objs[0]
-                for o in objs[1:]:
-                    body["choices"].append(o["choices"][0])
-            else:
-                objs = []
-                for f in ordered:
-                    prs = (parser_factory or ContentParser)()
-                    msg, _ = prs.update(f.content.decode("utf-8", "replace"), False)
-                    objs.append(chat_final(f, msg, model, cmpl_id, fp, created, verbose_of(f)))
-                body = objs[0]
-                for o in objs[1:]:
-                    body["choices"].append(o["choices"][0])
-            f0 = ordered[0]
-            log(f"request {request.url.path} 200: {f0.n_prompt} prompt + {f0.n_decoded} tokens "
-                f"({f0.stop}) in {time.perf_counter() - t0:.2f} s")
-            return _resp(body)
-
-        # streaming: the status goes out with the first result (an error before it is a plain JSON error)
-        first = await q.get()
-        if isinstance(first, HttpError):
-            cancel()
-            log(f"request {request.url.path} -> {first.status} ({first.message[:80]})")
-            return _err(first)
-        parsers: dict[int, Any] = {}
-        ping = params0.sse_ping_interval if params0 else 30
-
-        def encode(ev: Any) -> bytes:
-            if isinstance(ev, Partial):
-                if ev.begin:
-                    return b""
-                if kind == "completion":
-                    return sse(completion_partial(ev))
-                if kind == "oai_cmpl":
-                    return sse(oai_cmpl_partial(ev, model, cmpl_id, fp, created))
-                prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
-                assert ev.out is not None
-                _, diffs = prs.update(ev.out.text.decode("utf-8", "replace"), True)
-                return b"".join(sse(c) for c in chat_partial(ev, diffs, model, cmpl_id, fp, created))
-            if isinstance(ev, Final):
-                if kind == "completion":
-                    return sse(completion_final(ev, model, ev.task.params.to_json(state.eog_bias())))
-                if kind == "oai_cmpl":
-                    f = oai_cmpl_final(ev, model, cmpl_id, fp, created, verbose_of(ev))
-                    f["choices"][0]["finish_reason"] = f["choices"][0]["finish_reason"]
-                    return sse(f)
-                prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
-                msg, diffs = prs.update("", False)
-                return b"".join(sse(c) for c in chat_stream_final(ev, diffs, bool(msg.get("tool_calls")), model,
-                                                                   cmpl_id, fp, created, verbose_of(ev)))
-            return b""
-
-        async def gen() -> Any:
-            n_final = 0
-            ev = first
-            try:
-                while True:
-                    if isinstance(ev, HttpError):
-                        yield sse({"error": ev.body()["error"]})
-                        return
-                    chunk = encode(ev)
-                    if chunk:
-                        yield chunk
-                    if isinstance(ev, Final):
-                        n_final += 1
-                        if n_final == len(all_tasks):
-                            break
-                    while True:
-                        try:
-                            ev = await asyncio.wait_for(q.get(), timeout=ping if ping > 0 else None)
-                            break
-                        except asyncio.TimeoutError:
-                            yield PING
-                if kind != "completion":
-                    yield DONE
-                log(f"request {request.url.path} 200 (stream) in {time.perf_counter() - t0:.2f} s")
-            finally:
-                cancel()
-
-        return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
-
     async def completion(request: Request) -> Response:
-        return await run_completion(request, await _body(request), "completion")
+        return await run_completion(state, request, await read_body(request), "completion", None, log)
 
     async def completions_oai(request: Request) -> Response:
-        return await run_completion(request, await _body(request), "oai_cmpl")
+        return await run_completion(state, request, await read_body(request), "oai_cmpl", None, log)
 
     async def chat_completions(request: Request) -> Response:
         body = await chat_body(request)
-        return await run_completion(request, body, "chat", parser_for(body))
+        return await run_completion(state, request, body, "chat", parser_for(body), log)
 
     async def chat_input_tokens(request: Request) -> Response:
         # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
         n = len(eng.tokenize_prompt((await chat_body(request))["prompt"]))
-        return _resp({"input_tokens": n, "object": "response.input_tokens"})
+        return json_response({"input_tokens": n, "object": "response.input_tokens"})
 
     def not_supported(message: str) -> Any:
         async def h(request: Request) -> Response:
@@ -499,15 +224,15 @@ def build_app(state: ServerState) -> Starlette:
     async def lora_adapters(request: Request) -> Response:
         # no LoRA adapters are loaded (--lora is refused): GET lists none, POST sets the scales of none
         if request.method == "GET":
-            return _resp([])
-        data = await _body(request)
+            return json_response([])
+        data = await read_body(request)
         if not isinstance(data, list):
             raise HttpError("Request body must be an array", "invalid_request_error")
-        return _resp({"success": True})
+        return json_response({"success": True})
 
     async def feature_disabled(request: Request) -> Response:
         # server.cpp res_403: /cors-proxy and /tools without --ui-mcp-proxy / --tools
-        return _resp({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, 403)
+        return json_response({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, 403)
 
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:
@@ -515,10 +240,10 @@ def build_app(state: ServerState) -> Starlette:
                 return await fn(request)
             except HttpError as e:
                 log(f"request {request.url.path} -> {e.status} ({e.message[:80]})")
-                return _err(e)
+                return error_response(e)
             except Exception as e:  # noqa: BLE001 - ex_wrapper: any other failure is a 500 server_error
                 log(f"request {request.url.path} -> 500 ({type(e).__name__}: {e})")
-                return _err(HttpError(str(e), "server_error"))
+                return error_response(HttpError(str(e), "server_error"))
         return handler
 
     routes = [
@@ -580,7 +305,7 @@ def build_app(state: ServerState) -> Starlette:
             await Response(b"", media_type="text/html")(scope, receive, send_h)
             return
         if not state.ready:
-            await _resp(middleware_error("Loading model", "unavailable_error", 503), 503)(scope, receive, send_h)
+            await json_response(middleware_error("Loading model", "unavailable_error", 503), 503)(scope, receive, send_h)
             return
         if cfg.api_keys and path not in ("/health", "/v1/health"):
             key = headers.get("authorization", "") or headers.get("x-api-key", "")
@@ -588,22 +313,15 @@ def build_app(state: ServerState) -> Starlette:
                 key = key[len("Bearer "):]
             if key not in cfg.api_keys:
                 log(f"request {path} -> 401 (invalid API key)")
-                await _resp(middleware_error("Invalid API Key", "authentication_error", 401), 401)(
+                await json_response(middleware_error("Invalid API Key", "authentication_error", 401), 401)(
                     scope, receive, send_h)
                 return
         if path not in paths and not (path.startswith("/slots/") and path[7:] and "/" not in path[7:]):
-            await _resp(middleware_error("File Not Found", "not_found_error", 404), 404)(scope, receive, send_h)
+            await json_response(middleware_error("File Not Found", "not_found_error", 404), 404)(scope, receive, send_h)
             return
         await inner(scope, receive, send_h)
 
     return app  # type: ignore[return-value]
-
-
-async def _watch_disconnect(request: Request) -> None:
-    while True:
-        if await request.is_disconnected():
-            return
-        await asyncio.sleep(0.25)
 
 
 def _is_localhost(origin: str) -> bool:
@@ -621,3 +339,4 @@ def _caps(t: ChatTemplates) -> dict[str, bool]:
     from ..chat.caps import template_caps
 
     return template_caps(t.tool_use or t.source)
+

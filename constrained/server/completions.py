@@ -1,0 +1,221 @@
+"""The completion routes' common path: a request's prompts become engine tasks, and their results become
+llama-server's bodies (``/completion``, ``/v1/completions``, ``/v1/chat/completions``), whole or streamed as SSE
+with pings, ``[DONE]`` on the OpenAI routes, and the client's disconnect cancelling its tasks.
+
+Example:
+    >>> import asyncio; asyncio.iscoroutinefunction(run_completion)
+    True
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from .bodies import error_response, json_response
+from .chat_api import ContentParser
+from .engine import Final, Partial, Task, user_message_starts
+from .errors import HttpError
+from .jsonout import DONE, PING, sse
+from .results import (
+    chat_final,
+    chat_partial,
+    chat_stream_final,
+    completion_final,
+    completion_partial,
+    gen_id,
+    oai_cmpl_final,
+    oai_cmpl_partial,
+)
+from .state import ServerState
+from .task import prompt_inputs
+
+__all__ = ["run_completion", "watch_disconnect"]
+
+
+async def run_completion(state: ServerState, request: Request, data: dict[str, Any], kind: str,
+                         parser_factory: Any = None, log: Callable[[str], None] = print) -> Response:
+    """One completion request (``handle_completions_impl``): its tasks (one per prompt, with the ``n > 1``
+    children) queued on the engine, then the whole body, or the SSE stream of partial results; a client that goes
+    away cancels its tasks. ``kind``: ``"completion"`` (``/completion``), ``"oai_cmpl"`` (``/v1/completions``) or
+    ``"chat"`` (``/v1/chat/completions``, ``parser_factory`` giving the reply's parser)."""
+    cfg = state.cfg
+    eng = state.engine
+    t0 = time.perf_counter()
+    if not isinstance(data, dict):
+        raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
+    chat = kind == "chat"
+    try:
+        if "prompt" not in data:
+            raise ValueError("[json.exception.out_of_range.403] key 'prompt' not found")
+        inputs = prompt_inputs(data["prompt"])
+        tasks: list[Task] = []
+        loop = asyncio.get_running_loop()
+        q: asyncio.Queue[Any] = asyncio.Queue()
+
+        def emit(ev: Any) -> None:
+            loop.call_soon_threadsafe(q.put_nowait, ev)
+
+        params0 = None
+        delims = []
+        for d in data.get("message_delimiters") or []:
+            if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
+                delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
+        for i, p in enumerate(inputs):
+            toks = eng.tokenize_prompt(p)
+            params = state.task_params(data, chat)
+            if chat and not isinstance(data.get("_chat_format_name"), str):
+                params.chat_format = "Content-only"
+            params0 = params0 or params
+            n = params.n_cmpl
+            kids = []
+            for j in range(1, n):
+                cp = state.task_params(data, chat)
+                if cp.sampling.seed != 0xFFFFFFFF:
+                    cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
+                kids.append(Task(list(toks), cp, emit, index=i * n + j))
+            tasks.append(Task(toks, params, emit, index=i * n, children=kids))
+            if delims:
+                tasks[-1].user_starts = user_message_starts(toks, delims)
+                for k in kids:
+                    k.user_starts = tasks[-1].user_starts
+    except HttpError:
+        raise
+    except (ValueError, TypeError, OverflowError) as e:
+        raise HttpError(str(e), "invalid_request_error") from None
+    all_tasks = [t for task in tasks for t in (task, *task.children)]
+    stream = params0.stream if params0 else False
+    cmpl_id = gen_id()
+    created = int(time.time())
+    model = state.model_name
+    fp = cfg.build_info
+    for t in tasks:
+        eng.submit(t)
+
+    def cancel() -> None:
+        for t in tasks:
+            t.cancel()
+
+    def verbose_of(f: Final) -> dict[str, Any] | None:
+        if not f.task.params.verbose:
+            return None
+        return completion_final(f, model, f.task.params.to_json(state.eog_bias()), apply_fields=False)
+
+    if not stream:
+        finals: dict[int, Final] = {}
+        watcher = asyncio.ensure_future(watch_disconnect(request))
+        try:
+            while len(finals) < len(all_tasks):
+                get = asyncio.ensure_future(q.get())
+                done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if watcher in done:
+                    get.cancel()
+                    cancel()
+                    return Response(b"", status_code=499)
+                ev = get.result()
+                if isinstance(ev, HttpError):
+                    cancel()
+                    log(f"request {request.url.path} -> {ev.status} ({ev.message[:80]})")
+                    return error_response(ev)
+                if isinstance(ev, Final):
+                    finals[ev.task.index] = ev
+        finally:
+            watcher.cancel()
+        ordered = [finals[k] for k in sorted(finals)]
+        if kind == "completion":
+            objs = [completion_final(f, model, f.task.params.to_json(state.eog_bias())) for f in ordered]
+            body: Any = objs[0] if len(objs) == 1 else objs
+        elif kind == "oai_cmpl":
+            objs = [oai_cmpl_final(f, model, cmpl_id, fp, created, verbose_of(f)) for f in ordered]
+            body = objs[0]
+            for o in objs[1:]:
+                body["choices"].append(o["choices"][0])
+        else:
+            objs = []
+            for f in ordered:
+                prs = (parser_factory or ContentParser)()
+                msg, _ = prs.update(f.content.decode("utf-8", "replace"), False)
+                objs.append(chat_final(f, msg, model, cmpl_id, fp, created, verbose_of(f)))
+            body = objs[0]
+            for o in objs[1:]:
+                body["choices"].append(o["choices"][0])
+        f0 = ordered[0]
+        log(f"request {request.url.path} 200: {f0.n_prompt} prompt + {f0.n_decoded} tokens "
+            f"({f0.stop}) in {time.perf_counter() - t0:.2f} s")
+        return json_response(body)
+
+    # streaming: the status goes out with the first result (an error before it is a plain JSON error)
+    first = await q.get()
+    if isinstance(first, HttpError):
+        cancel()
+        log(f"request {request.url.path} -> {first.status} ({first.message[:80]})")
+        return error_response(first)
+    parsers: dict[int, Any] = {}
+    ping = params0.sse_ping_interval if params0 else 30
+
+    def encode(ev: Any) -> bytes:
+        if isinstance(ev, Partial):
+            if ev.begin:
+                return b""
+            if kind == "completion":
+                return sse(completion_partial(ev))
+            if kind == "oai_cmpl":
+                return sse(oai_cmpl_partial(ev, model, cmpl_id, fp, created))
+            prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
+            assert ev.out is not None
+            _, diffs = prs.update(ev.out.text.decode("utf-8", "replace"), True)
+            return b"".join(sse(c) for c in chat_partial(ev, diffs, model, cmpl_id, fp, created))
+        if isinstance(ev, Final):
+            if kind == "completion":
+                return sse(completion_final(ev, model, ev.task.params.to_json(state.eog_bias())))
+            if kind == "oai_cmpl":
+                f = oai_cmpl_final(ev, model, cmpl_id, fp, created, verbose_of(ev))
+                f["choices"][0]["finish_reason"] = f["choices"][0]["finish_reason"]
+                return sse(f)
+            prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
+            msg, diffs = prs.update("", False)
+            return b"".join(sse(c) for c in chat_stream_final(ev, diffs, bool(msg.get("tool_calls")), model,
+                                                               cmpl_id, fp, created, verbose_of(ev)))
+        return b""
+
+    async def gen() -> Any:
+        n_final = 0
+        ev = first
+        try:
+            while True:
+                if isinstance(ev, HttpError):
+                    yield sse({"error": ev.body()["error"]})
+                    return
+                chunk = encode(ev)
+                if chunk:
+                    yield chunk
+                if isinstance(ev, Final):
+                    n_final += 1
+                    if n_final == len(all_tasks):
+                        break
+                while True:
+                    try:
+                        ev = await asyncio.wait_for(q.get(), timeout=ping if ping > 0 else None)
+                        break
+                    except asyncio.TimeoutError:
+                        yield PING
+            if kind != "completion":
+                yield DONE
+            log(f"request {request.url.path} 200 (stream) in {time.perf_counter() - t0:.2f} s")
+        finally:
+            cancel()
+
+    return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+async def watch_disconnect(request: Request) -> None:
+    """Returns once the client has gone away (polled every 0.25 s)."""
+    while True:
+        if await request.is_disconnected():
+            return
+        await asyncio.sleep(0.25)
