@@ -56,7 +56,8 @@ def test_walk_kernel_is_built() -> None:
 
 @contextlib.contextmanager
 def _thresholds(th: tuple[int, int] | None) -> Iterator[None]:
-    old = M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS
+    old = M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, M.RANGE_MAX_STACKS
+    M.RANGE_MAX_STACKS = M.KERNEL_RANGE_MAX_STACKS     # the Python walk takes the compiled walk's settings
     if th is None:                                  # the defaults, the compiled walk's ranges included
         M.RANGE_MIN_ROWS = M.KERNEL_RANGE_MIN_ROWS
     else:
@@ -65,7 +66,7 @@ def _thresholds(th: tuple[int, int] | None) -> Iterator[None]:
     try:
         yield
     finally:
-        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS = old
+        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, M.RANGE_MAX_STACKS = old
 
 
 def _run(f, g, t, stacks, pops: bool, seed: np.ndarray | None = None):  # noqa: ANN001, ANN202

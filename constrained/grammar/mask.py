@@ -376,7 +376,8 @@ def walk_kernel(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | 
                                                np.ascontiguousarray(t.order0, dtype=np.int64))
     kernel, grammar_calls = _kernel(g)
     acc, left, rows, visits, looped, kpops, ksure = kernel.walk(
-        stacks, _kernel_table(t), work.left, LOOP_MIN_ROWS, KERNEL_RANGE_MIN_ROWS, RANGE_MAX_STACKS, RANGE_DEPTH, lex,
+        stacks, _kernel_table(t), work.left, LOOP_MIN_ROWS, KERNEL_RANGE_MIN_ROWS, KERNEL_RANGE_MAX_STACKS,
+        RANGE_DEPTH, lex,
         seed, pops is not None, sure is not None, (*grammar_calls,
         lambda p: _first_rows_cached(g, p, t), lambda p: _all_in(g, p, t), lambda p: _loop_parts(g, p, t)))
     work.rows += rows
@@ -506,6 +507,10 @@ KERNEL_RANGE_MIN_ROWS = 512
 """:data:`RANGE_MIN_ROWS` of the compiled walk: there a slice costs a few binary searches and no numpy calls, so the
 trie ranges pay from 512 rows (gemma-4, ``bench_grammar.py`` schemas: a space-led position's first walk
 0.8 -> 0.3 ms, the half of the vocabulary that starts with a space no longer scanned row by row)."""
+
+KERNEL_RANGE_MAX_STACKS = 1 << 30
+""":data:`RANGE_MAX_STACKS` of the compiled walk: no bound (a slice costs binary searches there, so many stacks
+over one slice cost little: the ambiguous grammar's 192 stacks after six spaces, 96 -> 2 ms)."""
 
 RANGE_DEPTH = 2
 """Trie ranges are followed to this depth, then walked row by row (which prunes the rows one stack accepted from the
