@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """Large mask-parity sweep of the grammar matcher against llama.cpp's grammar sampler (outside CI).
 
-Random walks (as ``tests/test_matcher_parity.py``) over llama.cpp's ``grammars/*.gbnf``, two JSON-schema grammars
-and a token-reference grammar, round-robin over vocabularies, until ``--masks`` full-vocabulary step-masks have
-been compared. Every step also checks ``allows`` on probe tokens and that a rejected token is refused.
+Random walks (as ``tests/test_matcher_parity.py``) over llama.cpp's ``grammars/*.gbnf``, two JSON-schema grammars,
+a token-reference grammar and the 12 JSON schemas of ``benchmarks/bench_grammar.py``, round-robin over
+vocabularies, until ``--masks`` full-vocabulary step-masks have been compared. Every step also checks ``allows`` on probe tokens and that a rejected token is refused.
 
     GGML_NO_BACKTRACE=1 .venv/bin/python scripts/sweep_masks.py --masks 100000
 """
@@ -21,7 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from constrained.json_schema import json_schema_to_gbnf  # noqa: E402
 from tests.matcher_support import oracle_vocab, parity_grammars, parity_walk, parse_gbnf  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from bench_grammar import SCHEMAS  # noqa: E402
 
 DEFAULT_VOCABS = ("llama-spm", "phi-3", "gpt-2", "qwen2", "gemma-4", "llama-bpe", "deepseek-coder", "falcon",
                   "starcoder", "refact", "mpt", "baichuan", "command-r", "deepseek-llm", "qwen35", "gpt-neox",
@@ -37,6 +41,8 @@ def main() -> int:
                     help="rounds that include the vocabularies over 120k tokens (llama.cpp is slow on them)")
     ap.add_argument("--vocabs", default=",".join(DEFAULT_VOCABS))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-schemas", dest="schemas", action="store_false",
+                    help="leave out the 12 JSON schemas of benchmarks/bench_grammar.py")
     args = ap.parse_args()
     rng = np.random.default_rng(args.seed)
     loaded = {}
@@ -47,7 +53,11 @@ def main() -> int:
             print(f"skip {name}: {e}", flush=True)
             continue
         grammars = {}
-        for gname, text in parity_grammars(vocab).items():
+        texts = dict(parity_grammars(vocab))
+        if args.schemas:       # benchmarks/bench_grammar.py's 12 schemas: bounded strings, patterns, formats, enums
+            for sname, schema in SCHEMAS.items():
+                texts[f"bench-{sname}"] = json_schema_to_gbnf(schema)
+        for gname, text in texts.items():
             try:
                 grammars[gname] = (text, parse_gbnf(text, vocab=vocab))
             except Exception as e:  # noqa: BLE001

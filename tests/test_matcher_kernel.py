@@ -24,7 +24,7 @@ from constrained.errors import GrammarLimitError
 from constrained.grammar import mask as M
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.json_schema import json_schema_to_gbnf
-from tests.matcher_support import oracle_vocab, parity_grammars, pick_token
+from tests.matcher_support import oracle_vocab, parity_grammars, parity_walk, parse_gbnf, pick_token
 
 needs_kernel = pytest.mark.skipif(M._walk_ext is None, reason="the Python walk was asked for "
                                   "(CONSTRAINED_PURE_PYTHON=1)" if M.PURE else "not built")
@@ -241,3 +241,16 @@ def test_masks_equal_the_python_walk_of_the_state() -> None:
         tok = pick_token(rng, a, vocab)
         if tok is None or not m.accept_token(tok):
             break
+
+
+@pytest.mark.parametrize("vocab_name", ["llama-spm", "gemma-4"])
+def test_masks_equal_llama_cpp_on_loop_and_bounded_grammars(vocab_name: str) -> None:
+    """The grammars of the loop and chain shortcuts (string bodies, bounded repetitions, non-ASCII classes), on the
+    default path, against llama.cpp's grammar sampler along random walks (masks, allows, refusals)."""
+    vm, vocab = oracle_vocab(vocab_name)
+    steps = 14 if vocab_name == "llama-spm" else 8
+    total = 0
+    for k, name in enumerate(("schema", "loops", "nonascii", "chains", "bounded")):
+        text = EXTRA[name]
+        total += parity_walk(vm, vocab, text, parse_gbnf(text, vocab=vocab), np.random.default_rng(50 + k), steps)
+    assert total >= 5 * 4
