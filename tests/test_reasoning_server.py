@@ -6,7 +6,8 @@ timestamps and timings.
 Covered: the default ``reasoning_format`` (deepseek) and the request's ``reasoning_format`` (none, deepseek-legacy,
 auto, bad names), ``chat_template_kwargs.enable_thinking``, replies that close the reasoning (a grammar makes the
 model write ``</think>``) or leave it open, assistant prefills with reasoning (continued inside it) and with content,
-past reasoning in the history, ``/apply-template``, streamed reasoning deltas and the final messages.
+past reasoning in the history, ``/apply-template``, streamed reasoning deltas and the final messages, and the
+generation settings ``verbose`` shows (``reasoning_format``, ``generation_prompt``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ CASES: list[tuple[str, str, dict]] = [
     ("history", _CHAT, _c({"messages": [*ASK, {"role": "assistant", "content": "Blue.",
                                                 "reasoning_content": "A colour."},
                                         {"role": "user", "content": "Another?"}]})),
+    ("verbose", _CHAT, _c({"verbose": True, "grammar": SPLIT, "max_tokens": 24})),
+    ("verbose-prefill-stream", _CHAT, _c({"verbose": True, "stream": True, "messages": [
+        *ASK, {"role": "assistant", "content": "Red", "reasoning_content": "Easy."}]})),
     ("apply-template", "/apply-template", {"messages": ASK}),
     ("apply-template-off", "/apply-template", {"messages": ASK, "chat_template_kwargs": {"enable_thinking": False}}),
     ("apply-template-prefill", "/apply-template",
