@@ -8,9 +8,9 @@ every prefix of a reply as a stream's partial text, and gives the message llama.
 no update; where llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no
 update). The specialised parsers of common/parsers/*.cpp reproduced (``constrained.server.chat_parsers.reply_peg``:
 Qwen3-Coder's, DeepSeek V3.2 / V4's, Kimi K2 / K3's, MiniCPM5's, LFM2's, Ministral 3's, Cohere2 MoE's, Ling 3's,
-Functionary v3.2's, Muse Glimmer's, GPT-OSS's) are checked the same way; the templates of the others, whose replies
-then differ, are listed in :data:`KNOWN` (Gemma 4's parser and mapper; GigaChat 3's and MiniMax-M3's, not ported
-either, read these replies as content alike).
+Functionary v3.2's, Muse Glimmer's, GPT-OSS's, Gemma 4's) are checked the same way; the template of the one not ported,
+MiniMax-M3 (its own mapper), is listed in :data:`KNOWN` (GigaChat 3's, not ported either, reads these replies as
+content alike).
 """
 
 from __future__ import annotations
@@ -29,11 +29,12 @@ TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templ
 FINALS = ["Hello there", "<think>\nI think.\n</think>\n\nHello", "<think>x</think>y", "I think.\n</think>\n\nHello",
           "  \n<think>\n\n</think>\n\nHi", "<think>unfinished", "no think </think> end", "<think>a</think>b</think>c",
           "\n\nHello", "<think>\nA\n</thi", "[THINK]x[/THINK]y", "<|START_THINKING|>r<|END_THINKING|>"
-          "<|START_RESPONSE|>c<|END_RESPONSE|>", "<seed:think>r</seed:think>\nc", "r\n[BEGIN FINAL RESPONSE]\nc"]
+          "<|START_RESPONSE|>c<|END_RESPONSE|>", "<seed:think>r</seed:think>\nc", "r\n[BEGIN FINAL RESPONSE]\nc",
+          "<mm:think>r</mm:think>c", "<|channel>thought\nr<channel|>c", "<|channel|>analysis<|message|>r<|end|>"]
 STREAMED = "<think>\nI think.\n</think>\n\nHello"
 _WHY = "a specialised template: llama-server parses the reply with its own parser (common/parsers/{}.cpp), not ported"
 _FILES = {"deepseek_v3_2": "deepseek", "lfm2_5": "lfm2", "ministral_3": "ministral3"}
-KNOWN = set("""google-gemma-4-31B-it-interleaved google-gemma-4-31B-it""".split())
+KNOWN = set("""MiniMax-M3""".split())
 KNOWN = {n for n in TEMPLATES if n[:-6] in KNOWN or n[:-6].removeprefix("deepseek-ai-") in KNOWN}
 
 

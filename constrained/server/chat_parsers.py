@@ -34,6 +34,7 @@ from .tools_peg import (
     _Eps,
     _Lit,
     _Mapper,
+    _Not,
     _reasoning,
     _Rep,
     _Res,
@@ -246,7 +247,35 @@ def reply_peg(spec: ReplySpec) -> _P | None:
         channel = _Seq(_Lit("<|channel|>"), _Choice(_Lit("commentary"), _Lit("analysis")))
         unsolicited = _Atomic(_Seq(_opt(channel), _Lit(" to="), body, end))
         return _Seq(_Rep(_Seq(start, _Choice(preamble, analysis)), 0, -1), start, _Choice(final, unsolicited))
+    if h == "gemma4":                                           # gemma4.cpp:201-291, content only
+        if x:
+            thought = _Seq(_Lit("<|channel>thought"), _Space(), _Wrap(REASONING, _Until("<channel|>")),
+                           _Lit("<channel|>"))
+        else:
+            thought = _Wrap(CONTENT, _Seq(_Lit("<|channel>thought"), _Space(), _Until("<channel|>"),
+                                          _Lit("<channel|>")))
+        empty_channels = _Rep(_Seq(_Lit("<|channel>"), _Not(_Lit("thought"))), 0, -1)
+        lead = _Choice(_Seq(_Peek(_Lit("<|channel>")), empty_channels, thought), _Not(_Lit("<|channel>")))
+        message = _Seq(lead, _Wrap(CONTENT, _Until("<|channel>", "<channel|>")))
+        return _Seq(_opt(_Lit("<|turn>model\n")), _Rep(message, 1, -1))
     return None
+
+
+def _gemma4_message(nodes: list[Any]) -> ChatMessage:
+    # common_chat_peg_gemma4_mapper (chat-peg-parser.cpp:956-1094): reasoning and content texts, kept as they are
+    m = ChatMessage()
+
+    def visit(n: Any) -> None:
+        if n.tag == REASONING:
+            m.reasoning_content += n.text
+        elif n.tag == CONTENT:
+            m.content += n.text
+        else:
+            for c in n.children:
+                visit(c)
+    for n in nodes:
+        visit(n)
+    return m
 
 
 class AutoChatParser(ContentParser):
@@ -259,6 +288,7 @@ class AutoChatParser(ContentParser):
         peg = reply_peg(spec)
         self.peg: _P = peg if peg is not None else _Wrap(CONTENT, _Until())
         self.input_prefix = generation_prompt if peg is not None else ""
+        self.gemma4 = peg is not None and spec.handler == "gemma4"
         self.msg = ChatMessage()
         self.parse_error: str | None = None
 
@@ -270,6 +300,8 @@ class AutoChatParser(ContentParser):
                 return self._json(), []
             self.parse_error = PEG_FAIL
             new = ChatMessage(self.text)
+        elif self.gemma4:
+            new = _gemma4_message(r.nodes)
         else:
             m = _Mapper()
             for n in r.nodes:
