@@ -69,6 +69,8 @@ def main() -> int:
     rounds = 0
     while total < args.masks:
         rounds += 1
+        if rounds > args.big_rounds and all(len(v[1]) > 120_000 for v in loaded.values()):
+            break                # only vocabularies over 120k tokens, and their rounds are done
         for name, (vm, vocab, grammars) in loaded.items():
             if len(vocab) > 120_000 and rounds > args.big_rounds:
                 continue
@@ -85,7 +87,8 @@ def main() -> int:
                   f"{per_vocab}", flush=True)
             if total >= args.masks:
                 break
-    print(f"DONE: {total} step-masks compared, all equal ({walks} walks, {len(loaded)} vocabularies)")
+    print(f"DONE: {total} step-masks compared, all equal ({walks} walks, {sum(v > 0 for v in per_vocab.values())} of "
+          f"{len(loaded)} vocabularies)")
     return 0
 
 
