@@ -98,6 +98,7 @@ _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
 _LOCAL_BYTES = 32 << 20             # per compiled grammar: its per-suffix walks (the shared cache holds more)
 _TOKEN_TOP_BYTES = 8 << 20          # per compiled grammar: masks of token-topped stacks
 _UNION_BYTES = 16 << 20             # per compiled grammar: unions of the sure tokens of sets of positions
+_PLAN_BYTES = 8 << 20               # per compiled grammar: each stack's position, walk and uncertain answer
 _MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
 _MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer rest of stack
 _NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
@@ -139,6 +140,7 @@ class CompiledGrammar:
         self._local = _LRU(_LOCAL_BYTES)
         self._token_top = _LRU(_TOKEN_TOP_BYTES)
         self._unions = _LRU(_UNION_BYTES)
+        self._plans = _LRU(_PLAN_BYTES)
         self._empty: np.ndarray | None = None
         self._serial = next(_SERIAL)
         self._masks, self._unc = _vocab_caches(self.index)
@@ -165,6 +167,7 @@ class CompiledGrammar:
         return {"local": {"entries": len(self._local), "bytes": self._local.held, "budget": self._local.size},
                 "token_top": {"entries": len(self._token_top), "bytes": self._token_top.held},
                 "unions": {"entries": len(self._unions), "bytes": self._unions.held, "budget": self._unions.size},
+                "plans": {"entries": len(self._plans), "bytes": self._plans.held, "budget": self._plans.size},
                 "shared_local": {"entries": len(self.index.shared_local), "bytes": self.index.shared_local_held,
                                  "budget": self.index.shared_local_bytes},
                 "state_masks": {"entries": len(self._masks), "budget": self._masks.size},
@@ -276,7 +279,14 @@ class CompiledGrammar:
             direct: list[Stack] = []
             new = 0
             parts: dict[Any, Any] = {}     # the positions this state is made of: suffixes, token tops, end
+            plans = self._plans
             for s in stacks:
+                plan = plans.get(s)       # a stack met before: its position, walk and uncertain answer at once
+                if plan is not None:
+                    parts[plan[0]] = plan[1]
+                    if plan[2] is not None:
+                        unc.append(plan[2])
+                    continue
                 if not s:
                     parts[()] = None
                     continue
@@ -295,8 +305,11 @@ class CompiledGrammar:
                         new += 1
                         li = self.local(suffix, work)
                     parts[suffix] = li
-                if li.keys is not None:
-                    unc.append(self._uncertain(suffix, below, li, work))
+                ids = self._uncertain(suffix, below, li, work) if li.keys is not None else None
+                if ids is not None:
+                    unc.append(ids)
+                if len(below) <= _MAX_CACHED_BELOW:
+                    plans.put(s, (suffix, li, ids), 8 * len(s) + 200)
             ukey = tuple(parts)
             m = self._unions.get_lru(ukey)
             if m is None:                 # the union of the positions' sure tokens, kept per set of positions
