@@ -113,3 +113,13 @@ def test_props_caps_as_real_llama_server(template: str | None, default_model_pat
             assert st == 200
             caps.append(json.loads(body)["chat_template_caps"])
     assert list(caps[0].items()) == list(caps[1].items())
+
+
+def test_reasoning_format_flag_reaches_chat_params() -> None:
+    # --reasoning-format: the server's default for chat requests (chat_params' reasoning_format; "none" keeps the
+    # reasoning in the content)
+    from constrained.flags import parse_server_args
+    from constrained.server.main import config_from_args
+
+    assert config_from_args(parse_server_args(["--reasoning-format", "none"])).reasoning_format == "none"
+    assert config_from_args(parse_server_args([])).reasoning_format == "auto"

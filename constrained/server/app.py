@@ -180,7 +180,7 @@ def build_app(state: ServerState) -> Starlette:
         if not isinstance(data, dict):
             raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
         return chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
-                           chat_template_kwargs=cfg.chat_template_kwargs)
+                           chat_template_kwargs=cfg.chat_template_kwargs, reasoning_format=cfg.reasoning_format)
 
     async def apply_template(request: Request) -> Response:
         return json_response({"prompt": (await chat_body(request))["prompt"]})

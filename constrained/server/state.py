@@ -39,6 +39,7 @@ class ServerConfig:
     prefill_assistant: bool = True
     log_requests: bool = True
     verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
+    reasoning_format: str = "auto"               # --reasoning-format (a request's own field wins)
     build_info: str = "b0-unknown"
 
 
