@@ -98,7 +98,7 @@ _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
 _LOCAL_BYTES = 32 << 20             # per compiled grammar: its per-suffix walks (the shared cache holds more)
 _TOKEN_TOP_BYTES = 8 << 20          # per compiled grammar: masks of token-topped stacks
 _UNION_BYTES = 16 << 20             # per compiled grammar: unions of the sure tokens of sets of positions
-_PLAN_BYTES = 8 << 20               # per compiled grammar: each stack's position, walk and uncertain answer
+_PLAN_BYTES = 32 << 20              # per compiled grammar: each stack's position, walk and uncertain answer
 _MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
 _MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer rest of stack
 _NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
@@ -309,7 +309,9 @@ class CompiledGrammar:
                 if ids is not None:
                     unc.append(ids)
                 if len(below) <= _MAX_CACHED_BELOW:
-                    plans.put(s, (suffix, li, ids), 8 * len(s) + 200)
+                    # charged with the walk it keeps alive too (shared, so overcounted): bounded memory
+                    plans.put(s, (suffix, li, ids), 8 * len(s) + 200 + _info_bytes(li)
+                              + (0 if ids is None else ids.nbytes))
             ukey = tuple(parts)
             m = self._unions.get_lru(ukey)
             if m is None:                 # the union of the positions' sure tokens, kept per set of positions
