@@ -147,12 +147,8 @@ class TokenTable:
         s = self.__dict__.get("_summary")
         if s is None:
             n = self.n
+            off, v = self._row_codepoints()
             length = self.length
-            off = np.zeros(n, dtype=np.int64)
-            if n:
-                np.cumsum(length[:-1], out=off[1:])
-            total = int(length.sum())
-            v = self.flat[np.repeat(self.start - off, length) + np.arange(total)]
             lo = np.zeros(n, dtype=np.uint64)
             hi = np.zeros(n, dtype=np.uint64)
             na_min = np.full(n, _NA_NONE, dtype=np.int64)
@@ -185,19 +181,23 @@ class TokenTable:
         a = self.__dict__.get("_ascii_rows")
         if a is None:
             n = self.n
-            length = self.length
-            off = np.zeros(n, dtype=np.int64)
-            if n:
-                np.cumsum(length[:-1], out=off[1:])
-            total = int(length.sum())
-            v = self.flat[np.repeat(self.start - off, length) + np.arange(total)]
-            owner = np.repeat(np.arange(n, dtype=np.int64), length)
+            _, v = self._row_codepoints()
+            owner = np.repeat(np.arange(n, dtype=np.int64), self.length)
             low = v < 128
             c, owner = v[low], owner[low]
             o = np.argsort(c, kind="stable")
             a = self.__dict__["_ascii_rows"] = (np.searchsorted(c[o], np.arange(129)).astype(np.int64),
                                                 np.ascontiguousarray(owner[o], dtype=np.int64))
         return a
+
+    def _row_codepoints(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(off, v)``: every row's code points back to back in row order (``v``), row ``r``'s from ``off[r]``."""
+        length = self.length
+        off = np.zeros(self.n, dtype=np.int64)
+        if self.n:
+            np.cumsum(length[:-1], out=off[1:])
+        v = self.flat[np.repeat(self.start - off, length) + np.arange(int(length.sum()))]
+        return off, v
 
     def _finish(self) -> TokenTable:
         length = self.length
