@@ -30,7 +30,12 @@ class _JsonTypeError(Exception):
     pass
 
 
-def _type_name(v: Any) -> str:
+def json_type_name(v: Any) -> str:
+    """nlohmann::json's ``type_name()`` of a parsed JSON value, as llama-server's type errors name it.
+
+    >>> json_type_name(None), json_type_name(True), json_type_name(1.5), json_type_name([1])
+    ('null', 'boolean', 'number', 'array')
+    """
     if v is None:
         return "null"
     if isinstance(v, bool):
@@ -47,7 +52,7 @@ def _type_name(v: Any) -> str:
 
 
 def _type_error(what: str, v: Any) -> _JsonTypeError:
-    return _JsonTypeError(f"[json.exception.type_error.302] type must be {what}, but is {_type_name(v)}")
+    return _JsonTypeError(f"[json.exception.type_error.302] type must be {what}, but is {json_type_name(v)}")
 
 
 def _wrap(x: int, bits: int, signed: bool) -> int:
@@ -314,4 +319,4 @@ def eval_ollama(cls: type, options: dict[str, Any], base: Any) -> Any:
     return replace(base, **cur)
 
 
-__all__ = ["eval_request", "eval_ollama", "get_int", "get_float", "get_bool"]
+__all__ = ["eval_request", "json_type_name", "eval_ollama", "get_int", "get_float", "get_bool"]

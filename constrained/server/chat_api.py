@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from sampler.request import json_type_name
+
 from ..chat import ChatTemplateError, ChatTemplates
 from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
@@ -30,17 +32,6 @@ __all__ = ["REASONING_FORMATS", "AutoChatParser", "ContentParser", "ReplySpec", 
 
 # common_reasoning_format_from_name's names (chat.cpp:889)
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
-
-
-def _json_type(v: Any) -> str:
-    # nlohmann's type_name
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    return {dict: "object", list: "array"}.get(type(v), "string")
 
 
 def _bad(msg: str) -> HttpError:
@@ -136,7 +127,7 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     if "reasoning_format" in body:          # common_reasoning_format_from_name (chat.cpp:889)
         rf = body["reasoning_format"]
         if not isinstance(rf, str):
-            raise _server("[json.exception.type_error.302] type must be string, but is " + _json_type(rf))
+            raise _server("[json.exception.type_error.302] type must be string, but is " + json_type_name(rf))
         if rf not in REASONING_FORMATS:
             raise _server(f"Unknown reasoning format: {rf}")
         reasoning_format = rf
