@@ -17,9 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from .batch import user_message_starts
 from .bodies import error_response, json_response
 from .chat_api import ContentParser
-from .engine import Final, Partial, Task, user_message_starts
 from .errors import HttpError
 from .jsonout import DONE, PING, sse
 from .results import (
@@ -32,6 +32,7 @@ from .results import (
     oai_cmpl_final,
     oai_cmpl_partial,
 )
+from .slots import Final, Partial, Task
 from .state import ServerState
 from .task import prompt_inputs
 

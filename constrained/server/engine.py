@@ -39,15 +39,14 @@ from sampler import Params
 from ..errors import ConstrainedError
 from ..vocab import Vocabulary
 from ..vocab.tokenizer import c_tokenize
-from .batch import BatchStep, user_message_starts
+from .batch import BatchStep
 from .errors import HttpError
 from .prompt_cache import PromptCache
-from .sampling import SlotSampling, _valid_utf8_len
+from .sampling import SlotSampling
 from .scheduler import SlotScheduler
-from .slots import Final, Partial, Slot, Task, TokenOut
+from .slots import Slot, Task
 
-__all__ = ["Engine", "EngineConfig", "Final", "Partial", "Slot", "Task", "TokenOut", "user_message_starts"]
-_ = _valid_utf8_len                            # re-exported for .results
+__all__ = ["Engine", "EngineConfig"]
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import Any
 
 from sampler.probs import logprob
 
-from .engine import Final, Partial, TokenOut, _valid_utf8_len
+from .sampling import _valid_utf8_len
+from .slots import Final, Partial, TokenOut
 
 __all__ = ["chat_final", "chat_partial", "chat_stream_final", "completion_final", "completion_partial",
            "gen_id", "oai_cmpl_final", "oai_cmpl_partial", "probs_json", "usage_json"]
