@@ -2,7 +2,7 @@
 against llama.cpp's ``common_chat_parse`` (the shim of tests/oracle/chat_parse.py), for all 70 templates of the
 sdist's models/templates/.
 
-Each template's parser (:class:`constrained.server.chat_api.AutoChatParser`, built by ``chat_params``) reads final
+Each template's parser (:class:`constrained.server.chat_parsers.AutoChatParser`, built by ``chat_params``) reads final
 replies (complete, with and without reasoning, a reasoning block left open, stray end tags, leading whitespace) and
 every prefix of a reply as a stream's partial text, and gives the message llama.cpp gives (an empty partial message is
 no update; where llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no
@@ -21,7 +21,8 @@ import pytest
 
 from constrained.chat import ChatTemplates
 from constrained.chat.autoparser_prompt import specialized_handler
-from constrained.server.chat_api import ContentParser, chat_params, parser_for
+from constrained.server.chat_api import chat_params, parser_for
+from constrained.server.chat_parsers import ContentParser
 from tests.oracle.chat_parse import chat_parse
 from tests.oracle.sdist import llama_cpp_source
 

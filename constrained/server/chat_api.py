@@ -23,11 +23,10 @@ from sampler.request import json_type_name
 from ..chat import ChatTemplateError, ChatTemplates
 from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
-from .chat_parsers import AutoChatParser, ContentParser, ReplySpec, ResponseFormatParser, message_json
+from .chat_parsers import AutoChatParser, ReplySpec, ResponseFormatParser
 from .errors import HttpError
 
-__all__ = ["REASONING_FORMATS", "AutoChatParser", "ContentParser", "ReplySpec", "ResponseFormatParser", "chat_params",
-           "generation_prompt", "message_json", "parser_for", "response_format_grammar"]
+__all__ = ["REASONING_FORMATS", "chat_params", "generation_prompt", "parser_for", "response_format_grammar"]
 
 
 # common_reasoning_format_from_name's names (chat.cpp:889)

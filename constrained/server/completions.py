@@ -19,7 +19,7 @@ from starlette.responses import Response, StreamingResponse
 
 from .batch import user_message_starts
 from .bodies import error_response, json_response
-from .chat_api import ContentParser
+from .chat_parsers import ContentParser
 from .errors import HttpError
 from .jsonout import DONE, PING, sse
 from .results import (
