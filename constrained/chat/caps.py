@@ -240,19 +240,11 @@ def _access(obj: Any, key: Any, value: Any, method: bool) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _probe_env() -> Any:
-    from jinja2.sandbox import SandboxedEnvironment, modifies_known_mutable
-
     from .template import _env
 
     base = _env()
 
-    class ProbeEnv(SandboxedEnvironment):
-        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-            # llama.cpp's arrays have append and pop (value.cpp); nothing else mutates an input
-            if modifies_known_mutable(obj, attr) and not (isinstance(obj, list) and attr in ("append", "pop")):
-                return False
-            return super().is_safe_attribute(obj, attr, value)
-
+    class ProbeEnv(type(base)):  # type: ignore[misc]  # the rendering sandbox (lists' append/pop as llama.cpp's)
         def getitem(self, obj: Any, argument: Any) -> Any:
             v = super().getitem(obj, argument)
             _access(obj, argument, v, False)
