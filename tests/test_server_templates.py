@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from constrained.chat import ChatTemplates
-from constrained.chat import template as tm
+from constrained.chat import ChatTemplates, jinja_env
 from constrained.server.chat_api import chat_params
 from constrained.server.errors import HttpError
 from tests.oracle.sdist import llama_cpp_source
@@ -50,7 +49,7 @@ def test_apply_template_as_llama_server(name: str, case: str, monkeypatch: pytes
     assert "start_error" not in rec, rec
     want = rec[case]
     day = time.strptime(REC["date"], "%Y-%m-%d")
-    monkeypatch.setattr(tm, "_now", lambda: day)
+    monkeypatch.setattr(jinja_env, "now", lambda: day)
     src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
     status, prompt = _ours(src, CASES[case])
     same = (status, prompt) == (200, want["body"].get("prompt")) if want["status"] == 200 else status == want["status"]

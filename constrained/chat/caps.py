@@ -240,9 +240,9 @@ def _access(obj: Any, key: Any, value: Any, method: bool) -> None:
 
 @functools.lru_cache(maxsize=1)
 def _probe_env() -> Any:
-    from .template import _env
+    from .jinja_env import environment
 
-    base = _env()
+    base = environment()
 
     class ProbeEnv(type(base)):  # type: ignore[misc]  # the rendering sandbox (lists' append/pop as llama.cpp's)
         def getitem(self, obj: Any, argument: Any) -> Any:

@@ -19,11 +19,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Sequence
 from typing import Any
+
+from . import jinja_env
+from .jinja_env import ChatTemplateError
 
 __all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "message_delimiters", "render"]
 
@@ -36,98 +38,6 @@ CHATML_TEMPLATE = (
     "  {{- '<|im_start|>assistant\n' -}}\n"
     "{%- endif -%}"
 )
-
-
-class ChatTemplateError(ValueError):
-    """A template that cannot be applied (llama-server answers these as errors)."""
-
-
-def _tojson(value: Any, indent: int | None = None, separators: Sequence[str] | None = None,
-            ensure_ascii: bool = False, sort_keys: bool = False) -> str:
-    # jinja/value.cpp tojson: ", " / ": " separators without indent, "," with an indent
-    if sort_keys:
-        raise ChatTemplateError("tojson sort_keys=true not implemented")
-    item = separators[0] if separators and len(separators) > 0 else ("," if indent is not None else ", ")
-    key = separators[1] if separators and len(separators) > 1 else ": "
-    return json.dumps(_plain(value), indent=indent, separators=(item, key), ensure_ascii=ensure_ascii)
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
-def _raise(msg: str) -> None:
-    raise ChatTemplateError(f"Jinja Exception: {msg}")
-
-
-def _now() -> time.struct_time:
-    """The time ``strftime_now`` formats (local time, as llama.cpp's ``std::localtime``)."""
-    return time.localtime()
-
-
-def _strftime_now(fmt: str) -> str:
-    return time.strftime(fmt, _now())
-
-
-_ENV: Any = None
-
-
-def _generation_extension() -> Any:
-    from jinja2 import nodes
-    from jinja2.ext import Extension
-
-    class GenerationBlock(Extension):
-        """``{% generation %}...{% endgeneration %}`` (transformers' assistant-mask marker): just the body."""
-
-        tags = {"generation"}
-
-        def parse(self, parser: Any) -> Any:
-            lineno = next(parser.stream).lineno
-            body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
-            return nodes.Scope(body, lineno=lineno)
-
-    return GenerationBlock
-
-
-_GenerationBlock: Any = None
-
-
-def _env() -> Any:
-    global _ENV, _GenerationBlock
-    if _ENV is None:
-        _GenerationBlock = _generation_extension()
-        import jinja2
-        from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
-
-        # as llama.cpp's engine (after huggingface.js's jinja): trim_blocks and lstrip_blocks on, the final
-        # newline dropped, {% generation %} blocks rendered as their content
-        class _Undefined(jinja2.Undefined):
-            # llama.cpp's engine: an undefined value concatenates as the empty string
-            def __add__(self, other: Any) -> Any:
-                return other if isinstance(other, str) else jinja2.Undefined.__add__(self, other)
-
-            def __radd__(self, other: Any) -> Any:
-                return other if isinstance(other, str) else jinja2.Undefined.__radd__(self, other)
-
-        class _Env(ImmutableSandboxedEnvironment):
-            # llama.cpp's engine has two mutating list methods, append and pop (jinja/value.cpp:1144-1155)
-            def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
-                if isinstance(obj, list) and attr in ("append", "pop"):
-                    return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
-                return bool(super().is_safe_attribute(obj, attr, value))
-
-        env = _Env(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
-                                            undefined=_Undefined,
-                                            extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
-        env.filters["tojson"] = _tojson
-        env.globals["raise_exception"] = _raise
-        env.globals["strftime_now"] = _strftime_now
-        _ENV = env
-    return _ENV
 
 
 class ChatTemplates:
@@ -234,7 +144,7 @@ class ChatTemplates:
         BOS/EOS texts the vocabulary adds itself)."""
         import jinja2
 
-        env = _env()
+        env = jinja_env.environment()
         src = source if source is not None else self.source
         try:
             tmpl = env.from_string(src) if source is not None or self._compiled is None else self._compiled
@@ -247,7 +157,7 @@ class ChatTemplates:
         if tools:
             ctx["tools"] = list(tools)
         if date_context:
-            now = _now()                      # common_chat_extra_context
+            now = jinja_env.now()                    # common_chat_extra_context
             ctx["datetime"] = time.strftime("%b %d %Y", now)
             ctx["date_string"] = time.strftime("%d %b %Y", now)
         ctx.update(extra_context or {})
@@ -394,7 +304,7 @@ def _content_caps(source: str) -> tuple[bool, bool]:
     import jinja2
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    base = _env()
+    base = jinja_env.environment()
 
     class ProbeEnv(ImmutableSandboxedEnvironment):
         def getitem(self, obj: Any, argument: Any) -> Any:
