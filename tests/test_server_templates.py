@@ -23,7 +23,7 @@ from tests.server_support import TEMPLATE_CASES
 
 DATA = Path(__file__).parent / "data" / "server_templates.json"
 REC = json.loads(DATA.read_text()) if DATA.exists() else {"templates": {}, "date": "2026-01-01"}
-# tools are rendered by the tool-call layer (constrained.chat.tools), not compared here
+# tools: test_apply_template_with_tools_as_llama_server (llama-server's tool handling)
 CASES = {k: v for k, v in TEMPLATE_CASES.items() if k != "user-tools"}
 
 # (template, case) -> why our prompt differs from llama-server's (none now: assistant prefills, enable_thinking's
@@ -57,6 +57,18 @@ def test_apply_template_as_llama_server(name: str, case: str, monkeypatch: pytes
         assert not same, f"listed as known but now identical: remove it from KNOWN ({known})"
         pytest.xfail(known)
     assert same, (status, prompt, want)
+
+
+@pytest.mark.parametrize("name", sorted(REC["templates"]), ids=[n[:-6] for n in sorted(REC["templates"])])
+def test_apply_template_with_tools_as_llama_server(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the recorded user-tools case with llama-server's own tool handling ("llama_server_compat": true; without it a
+    # template that cannot render tools gets our generic format, constrained.chat.tools): the template is given
+    # the tools as llama-server gives them
+    want = REC["templates"][name]["user-tools"]
+    monkeypatch.setattr(jinja_env, "now", lambda: time.strptime(REC["date"], "%Y-%m-%d"))
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    status, prompt = _ours(src, dict(TEMPLATE_CASES["user-tools"], llama_server_compat=True))
+    assert (status, prompt if status == 200 else None) == (want["status"], want["body"].get("prompt")), name
 
 
 @pytest.mark.parametrize("name", sorted(REC["templates"]), ids=[n[:-6] for n in sorted(REC["templates"])])

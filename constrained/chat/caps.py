@@ -179,9 +179,6 @@ def _track(v: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------- the probe environment
-_ARRAY_FILTERS = ("map", "select", "reject", "selectattr", "rejectattr")
-
-
 def _wrap_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     deep = name in ("tojson", "string")
     passed = getattr(fn, "jinja_pass_arg", None)
@@ -192,9 +189,7 @@ def _wrap_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
             v = args[1] if passed is not None and len(args) > 1 else args[0] if args else None
             s.mark(v, deep)
             s.op(v, name)
-        out = fn(*args, **kw)
-        # llama.cpp's map/select/... give arrays (value.cpp), which tojson can write; jinja2's give generators
-        return list(out) if name in _ARRAY_FILTERS else out
+        return fn(*args, **kw)
 
     if passed is not None:
         f.jinja_pass_arg = passed  # type: ignore[attr-defined]
@@ -261,13 +256,14 @@ def _probe_env() -> Any:
     env.globals.update(base.globals)
     env.filters.update({k: _wrap_filter(k, f) for k, f in env.filters.items()})
     env.tests.update({k: _wrap_test(k, f) for k, f in env.tests.items()})
-    env.finalize = _finalize
+    output = base.finalize
+
+    def finalize(v: Any) -> Any:
+        _mark(v)
+        return output(v)
+
+    env.finalize = finalize
     return env
-
-
-def _finalize(v: Any) -> Any:
-    _mark(v)
-    return v
 
 
 # ----------------------------------------------------------------------------- the probes (caps_get)

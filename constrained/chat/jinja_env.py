@@ -5,21 +5,29 @@ sandbox configured and extended to match it: ``trim_blocks`` / ``lstrip_blocks``
 ``{% generation %}`` blocks rendered as their content, an undefined value concatenating as the empty string, the two
 mutating list methods ``append`` / ``pop``, and the globals and filters where llama.cpp's differ: ``raise_exception``
 (message prefixed ``Jinja Exception:``), ``strftime_now`` (local time, C ``strftime``), ``tojson`` (``", "`` /
-``": "`` separators, raw UTF-8 unless ``ensure_ascii``).
+``": "`` separators, raw UTF-8 unless ``ensure_ascii``), ``default`` replacing ``none`` too, ``safe`` a no-op (jinja2's gives ``Markup``, which escapes
+what is added to it), ``map`` / ``select`` / ``reject`` / ``selectattr`` / ``rejectattr`` giving lists (jinja2's give
+generators, which ``tojson`` cannot write). Output and ``+`` / ``~`` follow runtime.cpp: ``{{ x }}`` writes strings,
+numbers and booleans (floats as ``std::to_string`` without trailing zeros), the items of a list, and nothing for
+``none``, an undefined value or a mapping; a string plus anything is the string plus the value's ``as_string``
+(Python-like reprs of lists and mappings), ``none`` or an undefined value beside a string is the empty string.
 
 Example:
     >>> environment().from_string("{{ x | tojson }}").render(x={"a": [1, "é"]})
     '{"a": [1, "é"]}'
+    >>> environment().from_string("{{ 'n: ' + n }}|{{ n }}|{{ 'x' ~ none_value }}").render(n=0.5, none_value=None)
+    'n: 0.5|0.5|x'
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["ChatTemplateError", "environment", "now"]
+__all__ = ["ChatTemplateError", "as_string", "environment", "now"]
 
 
 class ChatTemplateError(ValueError):
@@ -57,6 +65,139 @@ def _strftime_now(fmt: str) -> str:
     return time.strftime(fmt, now())
 
 
+# ----------------------------------------------------------------------------- values as runtime.cpp writes them
+def _float_str(v: float) -> str:
+    # value_float_t::as_string: std::to_string (%f), trailing zeros removed, one kept after the point
+    out = f"{v:f}"
+    out = out.rstrip("0")
+    return out + "0" if out.endswith(".") else out
+
+
+def _repr(v: Any) -> str:
+    # value_to_string_repr: a string quoted with ' (as JSON when it holds one), anything else its as_repr
+    if isinstance(v, str):
+        v = str.__str__(v)                 # the plain text (a probe's tracked string is not "used" by a repr)
+        return json.dumps(v, ensure_ascii=False) if "'" in v else "'" + v + "'"
+    if v is None:
+        return "None"
+    return as_string(v)
+
+
+def as_string(v: Any) -> str:
+    """``value_t::as_string`` (value.h): what a value becomes beside a string in ``+`` / ``~``.
+
+    >>> as_string({"k": "v", "n": [1, None, True, 2.5]}), as_string(("a",))
+    ("{'k': 'v', 'n': [1, None, True, 2.5]}", "('a',)")
+    """
+    import jinja2
+
+    if isinstance(v, str):
+        return str.__str__(v)
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return _float_str(v)
+    if v is None:
+        return "None"
+    if isinstance(v, list):                 # the containers' own iteration: no probe tracking
+        return "[" + ", ".join(_repr(x) for x in list.__iter__(v)) + "]"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_repr(x) for x in v) + ("," if len(v) == 1 else "") + ")"
+    if isinstance(v, dict):
+        return "{" + ", ".join(_repr(k) + ": " + _repr(x) for k, x in dict.items(v)) + "}"
+    if isinstance(v, jinja2.Undefined):
+        raise TypeError("Undefined is not a string value")
+    return str(v)
+
+
+def _output(v: Any) -> str:
+    # gather_string_parts_recursive (runtime.h): strings, numbers and booleans written, lists item by item, the
+    # rest (none, undefined, mappings, functions) nothing
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bool, int, float)):
+        return as_string(v)
+    if isinstance(v, (list, tuple)):
+        return "".join(_output(x) for x in v)
+    return ""
+
+
+def _type_name(v: Any) -> str:
+    import jinja2
+
+    if isinstance(v, jinja2.Undefined):
+        return "Undefined"
+    for kind, name in ((str, "String"), (bool, "Boolean"), (int, "Integer"), (float, "Float"), (list, "Array"),
+                       (tuple, "Array"), (dict, "Object")):
+        if isinstance(v, kind):
+            return name
+    return "None" if v is None else type(v).__name__
+
+
+def _plus(left: Any, right: Any, op: str) -> Any:
+    """``binary_expression::execute_impl`` for ``+`` and ``~`` (runtime.cpp:112-297)."""
+    import jinja2
+
+    lnull = left is None or isinstance(left, jinja2.Undefined)
+    rnull = right is None or isinstance(right, jinja2.Undefined)
+    if lnull or rnull:
+        # workaround_concat_null_with_str: null/undefined beside a string is the empty string
+        if lnull and isinstance(right, str):
+            return right + ""
+        if rnull and isinstance(left, str):
+            return left + ""
+        if isinstance(left, jinja2.Undefined) or isinstance(right, jinja2.Undefined):
+            raise TypeError(f"Cannot perform operation {op} on undefined values")
+        raise TypeError("Cannot perform operation on null values")
+    num = (int, float)
+    if op == "+" and isinstance(left, num) and isinstance(right, num) and not isinstance(left, bool) \
+            and not isinstance(right, bool):
+        if isinstance(left, float) or isinstance(right, float):
+            return float(left) + float(right)
+        return int(float(left) + float(right))          # computed in double, as llama.cpp
+    if op == "+" and isinstance(left, list) and isinstance(right, list):
+        return [*left, *right]
+    if isinstance(left, str) and isinstance(right, str):
+        return left + right
+    if isinstance(left, str) or isinstance(right, str):
+        return as_string(left) + as_string(right)
+    raise TypeError(f'Unknown operator "{op}" between {_type_name(left)} and {_type_name(right)}')
+
+
+def _concat(*values: Any) -> Any:
+    # a ~ b ~ c as runtime.cpp evaluates it: ((a ~ b) ~ c)
+    return functools.reduce(lambda a, b: _plus(a, b, "~"), values)
+
+
+def _safe(value: Any) -> Any:
+    # value.cpp: "safe" is a no-op on strings (as_string otherwise)
+    return value if isinstance(value, str) else as_string(value)
+
+
+def _default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
+    # value.cpp default_value: none is replaced as well as an undefined value (jinja2: undefined only)
+    import jinja2
+
+    if value is None or isinstance(value, jinja2.Undefined) or (boolean and not value):
+        return default_value
+    return value
+
+
+_ARRAY_FILTERS = ("map", "select", "reject", "selectattr", "rejectattr")
+
+
+def _as_array(fn: Any) -> Any:
+    # llama.cpp's map/select/... give arrays (value.cpp), which tojson and + can take; jinja2's give generators
+    def f(*args: Any, **kw: Any) -> Any:
+        return list(fn(*args, **kw))
+
+    f.jinja_pass_arg = fn.jinja_pass_arg  # type: ignore[attr-defined]
+    return f
+
+
+
 _ENV: Any = None
 
 
@@ -86,6 +227,7 @@ def environment() -> Any:
     if _ENV is None:
         _GenerationBlock = _generation_extension()
         import jinja2
+        from jinja2.compiler import CodeGenerator
         from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
         # as llama.cpp's engine (after huggingface.js's jinja): trim_blocks and lstrip_blocks on, the final
@@ -98,16 +240,35 @@ def environment() -> Any:
             def __radd__(self, other: Any) -> Any:
                 return other if isinstance(other, str) else jinja2.Undefined.__radd__(self, other)
 
+        class _CodeGenerator(CodeGenerator):
+            # a ~ b: runtime.cpp's rules (jinja2 joins str() of every operand), never folded as a constant
+            def visit_Concat(self, node: Any, frame: Any) -> None:
+                self.write("environment.concat_values(")
+                for arg in node.nodes:
+                    self.visit(arg, frame)
+                    self.write(", ")
+                self.write(")")
+
         class _Env(ImmutableSandboxedEnvironment):
+            code_generator_class = _CodeGenerator
+            intercepted_binops = frozenset(["+"])
+            concat_values = staticmethod(_concat)
+
             # llama.cpp's engine has two mutating list methods, append and pop (jinja/value.cpp:1144-1155)
             def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
                 if isinstance(obj, list) and attr in ("append", "pop"):
                     return SandboxedEnvironment.is_safe_attribute(self, obj, attr, value)
                 return bool(super().is_safe_attribute(obj, attr, value))
 
-        env = _Env(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False,
-                                            undefined=_Undefined,
-                                            extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
+            def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
+                return _plus(left, right, operator)
+
+        env = _Env(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, undefined=_Undefined,
+                   finalize=_output, extensions=["jinja2.ext.loopcontrols", _GenerationBlock])
+        for name in _ARRAY_FILTERS:
+            env.filters[name] = _as_array(env.filters[name])
+        env.filters["safe"] = _safe
+        env.filters["default"] = env.filters["d"] = _default
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise
         env.globals["strftime_now"] = _strftime_now

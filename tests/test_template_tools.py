@@ -1,0 +1,91 @@
+"""The rendering environment against llama.cpp's jinja engine, for all 70 templates of the sdist's models/templates/
+rendered with tools, tool calls and tool results in the history.
+
+The oracle is a C++ shim (``tests/oracle/render_shim.cpp``) over libllama-common's
+``common_chat_template_direct_apply_impl``: one render with exactly the given inputs (no message rewrites), as
+``ChatTemplates.render_jinja`` does one. Each template renders every conversation of :data:`CONVERSATIONS` (tools
+alone, with a system message, a call with object arguments and its result, two parallel calls with a ``null``
+content, string arguments, reasoning in the history) and the output, or the fact of an error, is identical.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from constrained.chat import ChatTemplates, jinja_env
+from tests.oracle.render import render
+from tests.oracle.sdist import llama_cpp_source
+
+TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "The weather in a city",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string", "description": "City"},
+                                               "days": {"type": "integer"}}, "required": ["city"]}}},
+         {"type": "function", "function": {"name": "now", "description": "",
+                                           "parameters": {"type": "object", "properties": {}}}}]
+_USER = {"role": "user", "content": "Weather in Paris?"}
+
+
+def _call(i: int, args: object) -> dict:
+    return {"id": f"call_{i}", "type": "function", "function": {"name": "get_weather", "arguments": args}}
+
+
+CONVERSATIONS: dict[str, list[dict]] = {
+    "tools": [_USER],
+    "system-tools": [{"role": "system", "content": "Be brief."}, _USER],
+    "call-result": [_USER, {"role": "assistant", "content": "", "tool_calls": [_call(1, {"city": "Paris"})]},
+                    {"role": "tool", "tool_call_id": "call_1", "name": "get_weather", "content": "Sunny"}],
+    "parallel-null-content": [
+        _USER, {"role": "assistant", "content": None,
+                "tool_calls": [_call(1, {"city": "Paris"}), _call(2, {"city": "Lyon", "days": 2})]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        {"role": "tool", "tool_call_id": "call_2", "content": "Rain"},
+        {"role": "assistant", "content": "Sunny in Paris, rain in Lyon."}, {"role": "user", "content": "Thanks"}],
+    "string-args": [_USER, {"role": "assistant", "content": "", "tool_calls": [_call(1, '{"city": "Paris"}')]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}],
+    "reasoning-history": [
+        _USER, {"role": "assistant", "content": "", "reasoning_content": "Need the weather",
+                "tool_calls": [_call(1, {"city": "Paris"})]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        {"role": "assistant", "content": "Sunny.", "reasoning_content": "Done"}, {"role": "user", "content": "Ok"}],
+}
+
+
+@pytest.mark.parametrize("name", TEMPLATES, ids=[n[:-6] for n in TEMPLATES])
+def test_render_with_tools_as_llama_cpp(name: str) -> None:
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
+    for case, msgs in CONVERSATIONS.items():
+        for thinking in (True, False):
+            want = render(t.source, {"messages": msgs, "tools": TOOLS, "add_generation_prompt": True,
+                                     "enable_thinking": thinking}, "<bos>", "<eos>")
+            try:
+                got = {"prompt": t.render_jinja(msgs, tools=TOOLS, enable_thinking=thinking, date_context=False,
+                                                strip_bos=False)}
+            except jinja_env.ChatTemplateError as e:
+                got = {"error": str(e)}
+            assert ("error" in got) == ("error" in want), (case, thinking, got, want)
+            assert got.get("prompt") == want.get("prompt"), (case, thinking)
+
+
+@pytest.mark.parametrize("expr,want", [
+    ("{{ [{'a': 1}, {}] | map(attribute='a', default=5) | list | tojson }}", '[1, 5]'),
+    ("{% set c = none %}{{ c | default('d') }}|{{ u | d('e') }}|{{ '' | default('f') }}|{{ '' | default('g', true) }}", 'd|e||g'),
+    ("{{ [{'a': 'x'}, {'a': 'y'}] | map(attribute='a') | tojson }}", '["x", "y"]'),
+    ("{{ [{'x': 1}, {'x': 0}] | selectattr('x') | tojson }}", '[{"x": 1}]'),
+    ("{{ [{'x': 1}, {'x': 0}] | rejectattr('x') | tojson }}", '[{"x": 0}]'),
+    ("{{ [0, 1, 2] | select('equalto', 1) | tojson }}", '[1]'),
+    ("{{ [0, 1, 2] | reject('equalto', 1) | tojson }}", '[0, 2]'),
+    ("{{ 'a' | safe + '<b>' }}", "a<b>"),
+    ("{{ none }}|{{ {'a': 1} }}|{{ [1, 'x', [true, 2.5]] }}|{{ 0.1 }}|{{ 1.0 }}", "||1xTrue2.5|0.1|1.0"),
+    ("{{ 'x' + none }}{{ none + 'y' }}{% set n = none %}{{ 'z' ~ n ~ 1 }}{{ u ~ 'w' }}", "xyz1w"),
+    ("{{ 'a=' + {'k': 'v', 'n': [1, none, true]} }}", "a={'k': 'v', 'n': [1, None, True]}"),
+    ("{{ 'q' + \"it's\" }}|{{ 'n=' + 2 }}|{{ 'f=' + 2.50 }}", "qit's|n=2|f=2.5"),
+    ("{{ [1] + [2] }}|{{ 1 + 2 }}|{{ 1 + 2.5 }}", "12|3|3.5"),
+])
+def test_environment_as_llama_cpp(expr: str, want: str) -> None:
+    # the behaviours the templates above depend on, each checked against the engine itself
+    assert render(expr, {"messages": []}) == {"prompt": want}
+    assert jinja_env.environment().from_string(expr).render() == want
