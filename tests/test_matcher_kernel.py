@@ -219,6 +219,44 @@ def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
         assert np.array_equal(b, np.packbits(ref))
 
 
+
+@needs_kernel
+@pytest.mark.parametrize("vocab_name", ["gemma-4", "llama-spm"])
+def test_compiled_first_rows_and_closure_digest_equal_python(vocab_name: str) -> None:
+    """``first_rows`` (every class of every parity grammar, on the vocabulary's table and on small remainder
+    tables) and ``closure_bytes`` (every rule alone, and with its neighbour) equal their Python references."""
+    from constrained.grammar import stacks as S
+
+    vm, vocab = oracle_vocab(vocab_name)
+    n_classes = n_rules = 0
+    for name, text in _grammars(vocab_name).items():
+        cg = compile_grammar(Grammar.from_gbnf(text), vocab)
+        g, t = cg.rules, cg.index.table
+        small = M.local_info(g, t, g.split(cg.initial_stacks[0])[1], M.WorkBudget(10**12)).keys \
+            if cg.initial_stacks and cg.initial_stacks[0] else None
+        for p in range(len(g.types)):
+            if p in g.classes:
+                positive, items, _ = g.classes[p]
+                for tab in (t, small) if small is not None else (t,):
+                    assert np.array_equal(M._first_rows(g, p, tab), M._first_rows_py(positive, items, tab)), \
+                        (name, p, items)
+                n_classes += 1
+        nr = len(g.rule_start)
+        for r in range(nr):
+            for rules in {(r,), tuple(dict.fromkeys((r, (r + 1) % nr)))}:
+                assert M._walk_ext.closure_bytes(g.types, g.values, g.rule_start, g.bottom, rules,
+                                                 S.CANON_MAX_ELEMENTS, S.RULE_REF) == g._closure_bytes_py(rules), \
+                    (name, rules)
+                n_rules += 1
+        old = S.COMPILED_DIGEST
+        try:
+            S.COMPILED_DIGEST = False
+            py = g._closure_digest((0,))
+        finally:
+            S.COMPILED_DIGEST = old
+        assert g._closure_digest((0,)) == py
+    assert n_classes > 100 and n_rules > 100
+
 @needs_kernel
 def test_masks_equal_the_python_walk_of_the_state() -> None:
     """Whole masks along a walk: the default (compiled) path with its caches against the Python walk of the state

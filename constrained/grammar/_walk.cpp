@@ -12,8 +12,7 @@
 //     -> (acc: bytearray over rows, left, rows, visits, looped, pops | None, sure | None)
 //   with table = (ids, rem, val, longer, cols, flat, start, length): int64 buffers (cols: tuple of int32 buffers or ()).
 //   left < 0 on return means the work budget ran out (the caller raises GrammarLimitError).
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
+#include "_walk.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -1181,6 +1180,12 @@ PyMethodDef module_methods[] = {
     {"loop_parts", (PyCFunction)loop_parts, METH_VARARGS, "(clean, pending, rest) of a loop (mask._loop_parts)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_VARARGS, "pack_ids(acc, ids, nbits): np.packbits(by_id(acc))."},
     {"all_in", (PyCFunction)all_in, METH_VARARGS, "The rows of a table wholly inside a class (mask._all_in)."},
+    {"closure_bytes", (PyCFunction)walk_helpers::closure_bytes, METH_VARARGS,
+     "The byte stream of GrammarRules._closure_digest (None past the element bound)."},
+    {"pack_rows", (PyCFunction)walk_helpers::pack_rows, METH_VARARGS,
+     "Packed bits over ids of a bool over the rows of a table holding every id once (mask.pack_by_id)."},
+    {"first_rows", (PyCFunction)walk_helpers::first_rows, METH_VARARGS,
+     "The rows whose first code point a class matches, ascending (mask._first_rows)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef Kernel_methods[] = {

@@ -30,8 +30,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
-import os
 import sys
 from array import array
 from dataclasses import dataclass
@@ -40,25 +38,15 @@ import numpy as np
 
 from ..errors import GrammarLimitError
 from .stacks import _ANY_HI as _ANY_CP
-from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks
+from .stacks import IMPORT_ERROR, PURE, TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks, _walk_ext  # noqa: F401
 from .tokenindex import TokenTable
 
 _ALL = None   # "every row of the table" at depth 0
+# the extension (``_walk_ext``, ``PURE``, ``IMPORT_ERROR``) is loaded once, by the lower module stacks.py
 
 COMPILED_HELPERS = True
 """Whether the compiled packing and class summaries are used where the extension is built (the tests turn them off
 to compare against the numpy reference)."""
-
-PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
-"""``CONSTRAINED_PURE_PYTHON=1``: the compiled walk is not used even where it is built."""
-
-IMPORT_ERROR: ImportError | None = None
-_walk_ext = None
-if not PURE:
-    try:     # by name: ``from . import _walk`` would read, to tests/test_layers.py, as importing the package
-        _walk_ext = importlib.import_module(__name__.rpartition(".")[0] + "._walk")
-    except ImportError as e:       # not built: the Python walk (the reference) does the work
-        IMPORT_ERROR = e
 
 
 def _class_match(g: GrammarRules, p: int, cps: np.ndarray) -> np.ndarray:
@@ -205,6 +193,15 @@ def _chain_end_ok(g: GrammarRules, t: TokenTable, levels: tuple[tuple[int, ...],
 def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
     """Rows whose first code point the class at ``p`` matches, from the table's sorted index (no full scan)."""
     positive, items, _ = g.classes[p]
+    if _walk_ext is not None and COMPILED_HELPERS:
+        cp0, order0 = t.__dict__.get("_kernel_cp0") or t.__dict__.setdefault(
+            "_kernel_cp0", (np.ascontiguousarray(t.cp0, dtype=np.int64), np.ascontiguousarray(t.order0, dtype=np.int64)))
+        return np.frombuffer(_walk_ext.first_rows(cp0, order0, positive, tuple(items)), dtype=np.int64)
+    return _first_rows_py(positive, items, t)
+
+
+def _first_rows_py(positive: bool, items: tuple, t: TokenTable) -> np.ndarray:
+    """:func:`_first_rows` in numpy (the reference of the compiled ``first_rows``)."""
     cp0, order0 = t.cp0, t.order0
     spans = sorted((int(np.searchsorted(cp0, lo, "left")), int(np.searchsorted(cp0, hi, "right")))
                    for lo, hi in items)
@@ -347,13 +344,6 @@ def _kernel_table(t: TokenTable) -> tuple:
                                             c(t.flat, dtype=np.int64), c(t.start, dtype=np.int64),
                                             c(t.length, dtype=np.int64))
     return kt
-
-
-def _kernel_inv(t: TokenTable) -> np.ndarray:
-    inv = t.__dict__.get("_kernel_inv")
-    if inv is None:
-        inv = t.__dict__["_kernel_inv"] = np.ascontiguousarray(t.inv, dtype=np.int64)
-    return inv
 
 
 def walk_kernel(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,
@@ -812,8 +802,9 @@ def _zero_bits(n: int) -> np.ndarray:
 def pack_by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
     """``np.packbits(by_id(t, acc))``, in one pass where the extension is built (a table holding every id once)."""
     if _walk_ext is not None and COMPILED_HELPERS and t.inv is not None:
-        return np.frombuffer(_walk_ext.pack_ids(np.ascontiguousarray(acc, dtype=bool), _kernel_table(t)[0], t.n,
-                                                _kernel_inv(t)), dtype=np.uint8)
+        ids32, inv32 = t.__dict__.get("_kernel_ids32") or t.__dict__.setdefault(
+            "_kernel_ids32", (np.ascontiguousarray(t.ids, dtype=np.int32), np.ascontiguousarray(t.inv, dtype=np.int32)))
+        return np.frombuffer(_walk_ext.pack_rows(np.ascontiguousarray(acc, dtype=bool), ids32, inv32), dtype=np.uint8)
     return np.packbits(by_id(t, acc))
 
 

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import importlib
 import itertools
+import os
 from array import array
 from operator import itemgetter
 
@@ -42,6 +44,22 @@ Partial = tuple[int, int]   # (value, n_remain)
 
 
 _RULES_SERIAL = itertools.count()
+
+PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
+"""``CONSTRAINED_PURE_PYTHON=1``: the compiled helpers (:mod:`constrained.grammar._walk`) are not used even where
+they are built (:mod:`constrained.grammar.mask` reads the same switch)."""
+
+IMPORT_ERROR: ImportError | None = None
+_walk_ext = None
+if not PURE:
+    try:     # by name: ``from . import _walk`` would read, to tests/test_layers.py, as importing the package
+        _walk_ext = importlib.import_module(__name__.rpartition(".")[0] + "._walk")
+    except ImportError as e:       # not built: the Python reference does the work
+        IMPORT_ERROR = e
+
+COMPILED_DIGEST = True
+"""Whether :meth:`GrammarRules._closure_digest` uses the compiled byte stream where it is built (the tests turn it
+off to compare against the Python reference, :meth:`GrammarRules._closure_bytes_py`)."""
 
 CANON_MAX_ELEMENTS = 1024
 """Suffixes whose reachable rules hold more elements than this are not shared between grammars: the structural
@@ -738,9 +756,20 @@ class GrammarRules:
 
     def _closure_digest(self, rules: tuple[int, ...]) -> bytes:
         """A digest of the rules reachable from ``rules``, renumbered in order of discovery (b"" if too large)."""
+        if _walk_ext is not None and COMPILED_DIGEST:
+            data = _walk_ext.closure_bytes(self.types, self.values, self.rule_start, self.bottom, rules,
+                                           CANON_MAX_ELEMENTS, RULE_REF)
+        else:
+            data = self._closure_bytes_py(rules)
+        return b"" if data is None else hashlib.blake2b(data, digest_size=16).digest()
+
+    def _closure_bytes_py(self, rules: tuple[int, ...]) -> bytes | None:
+        """What :meth:`_closure_digest` hashes (None past :data:`CANON_MAX_ELEMENTS`): per reachable rule in order
+        of discovery, its shape (:meth:`_rule_shape`) and the discovery numbers of the rules it references. The
+        reference of the compiled ``closure_bytes``."""
         canon: dict[int, int] = {r: i for i, r in enumerate(rules)}
         order = list(rules)
-        h = hashlib.blake2b(digest_size=16)
+        out: list[bytes] = []
         seen = 0
         k = 0
         while k < len(order):
@@ -748,7 +777,7 @@ class GrammarRules:
             k += 1
             seen += size
             if seen > CANON_MAX_ELEMENTS:
-                return b""
+                return None
             idx = []
             for v in refs:
                 c = canon.get(v)
@@ -756,9 +785,9 @@ class GrammarRules:
                     c = canon[v] = len(order)
                     order.append(v)
                 idx.append(c)
-            h.update(shape)
-            h.update(array("q", idx).tobytes())
-        return h.digest()
+            out.append(shape)
+            out.append(array("q", idx).tobytes())
+        return b"".join(out)
 
     def _rule_shape(self, r: int) -> tuple[bytes, tuple[int, ...], int]:
         """Rule ``r``'s elements as bytes with rule references blanked, the rules it references in order, and its

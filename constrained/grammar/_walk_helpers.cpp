@@ -1,0 +1,291 @@
+// Helpers of constrained.grammar._walk beside the walk itself (_walk.cpp), each the compiled twin of a Python
+// function that stays the reference (the tests compare both bit for bit):
+//   closure_bytes  GrammarRules._closure_digest's byte stream (stacks.py), hashed by the caller with blake2b
+//   first_rows     mask._first_rows: the rows whose first code point a class matches, ascending
+//   or_bits        the union of packed bit arrays plus scattered ids, into a caller's buffer (a state's mask)
+#include "_walk.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+namespace walk_helpers {
+
+namespace {
+
+struct Ref {  // an owned reference
+    PyObject* p = nullptr;
+    explicit Ref(PyObject* o) : p(o) {}
+    Ref(const Ref&) = delete;
+    Ref& operator=(const Ref&) = delete;
+    ~Ref() { Py_XDECREF(p); }
+    PyObject* release() {
+        PyObject* o = p;
+        p = nullptr;
+        return o;
+    }
+};
+
+struct View {  // a read-only (or writable) C-contiguous buffer
+    Py_buffer v{};
+    bool held = false;
+    bool open(PyObject* o, Py_ssize_t itemsize, bool writable = false) {
+        if (PyObject_GetBuffer(o, &v, writable ? (PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE) : PyBUF_C_CONTIGUOUS) < 0)
+            return false;
+        held = true;
+        if (v.len % itemsize != 0) {
+            PyErr_SetString(PyExc_TypeError, "_walk: unexpected buffer item size");
+            return false;
+        }
+        return true;
+    }
+    Py_ssize_t items(Py_ssize_t itemsize) const { return v.len / itemsize; }
+    ~View() {
+        if (held) PyBuffer_Release(&v);
+    }
+};
+
+// a Python list of ints, read in place
+bool list_int(PyObject* list, Py_ssize_t i, int64_t& out) {
+    if (i < 0 || i >= PyList_GET_SIZE(list)) {
+        PyErr_SetString(PyExc_IndexError, "closure_bytes: position out of range");
+        return false;
+    }
+    long long v = PyLong_AsLongLong(PyList_GET_ITEM(list, i));
+    if (v == -1 && PyErr_Occurred()) return false;
+    out = v;
+    return true;
+}
+
+void put64(std::vector<char>& out, int64_t x) {
+    char b[8];
+    std::memcpy(b, &x, 8);   // native order, as array("q").tobytes()
+    out.insert(out.end(), b, b + 8);
+}
+
+}  // namespace
+
+// closure_bytes(types: list[int], values: list[int], rule_start: list[int], bottom: int, rules: tuple[int, ...],
+//               max_elements: int, rule_ref: int) -> bytes | None
+// The rules reachable from `rules`, renumbered in order of discovery: per rule its element count, its types, its
+// values with rule references as -1, then the discovery numbers of the rules it references; None past
+// max_elements elements in all. Exactly the bytes GrammarRules._closure_digest feeds to blake2b.
+PyObject* closure_bytes(PyObject*, PyObject* args) {
+    PyObject *types, *values, *starts, *rules;
+    long long bottom, max_elements, rule_ref;
+    if (!PyArg_ParseTuple(args, "O!O!O!LO!LL", &PyList_Type, &types, &PyList_Type, &values, &PyList_Type, &starts,
+                          &bottom, &PyTuple_Type, &rules, &max_elements, &rule_ref))
+        return nullptr;
+    try {
+        const Py_ssize_t n_rules = PyList_GET_SIZE(starts);
+        std::unordered_map<int64_t, int64_t> canon;
+        std::vector<int64_t> order;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(rules); i++) {
+            long long r = PyLong_AsLongLong(PyTuple_GET_ITEM(rules, i));
+            if (r == -1 && PyErr_Occurred()) return nullptr;
+            canon[r] = i;          // as {r: i for i, r in enumerate(rules)} and order = list(rules)
+            order.push_back(r);
+        }
+        std::vector<char> out;
+        std::vector<int64_t> idx;
+        int64_t seen = 0;
+        for (size_t k = 0; k < order.size(); k++) {
+            const int64_t r = order[k];
+            int64_t start, stop;
+            if (r < 0 || r >= n_rules) {
+                PyErr_SetString(PyExc_IndexError, "closure_bytes: rule out of range");
+                return nullptr;
+            }
+            if (!list_int(starts, (Py_ssize_t)r, start)) return nullptr;
+            if (r + 1 < n_rules) {
+                if (!list_int(starts, (Py_ssize_t)(r + 1), stop)) return nullptr;
+            } else {
+                stop = bottom;
+            }
+            const int64_t len = stop - start;
+            seen += len > max_elements + 1 ? len : len - 1;
+            if (seen > max_elements) Py_RETURN_NONE;
+            put64(out, len);
+            const size_t at_values = out.size() + 8 * (size_t)len;
+            out.resize(out.size() + 16 * (size_t)len);
+            idx.clear();
+            for (int64_t j = 0; j < len; j++) {
+                int64_t t, v;
+                if (!list_int(types, (Py_ssize_t)(start + j), t) || !list_int(values, (Py_ssize_t)(start + j), v))
+                    return nullptr;
+                std::memcpy(out.data() + at_values - 8 * (size_t)len + 8 * (size_t)j, &t, 8);
+                int64_t shown = v;
+                if (t == rule_ref) {
+                    shown = -1;
+                    auto it = canon.find(v);
+                    if (it == canon.end()) {
+                        it = canon.emplace(v, (int64_t)order.size()).first;
+                        order.push_back(v);
+                    }
+                    idx.push_back(it->second);
+                }
+                std::memcpy(out.data() + at_values + 8 * (size_t)j, &shown, 8);
+            }
+            for (int64_t c : idx) put64(out, c);
+        }
+        return PyBytes_FromStringAndSize(out.data(), (Py_ssize_t)out.size());
+    } catch (std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+}
+
+// first_rows(cp0: int64 buffer, order0: int64 buffer, positive: bool, items: tuple of (lo, hi)) -> bytearray
+// mask._first_rows: the rows (int64, ascending, each once) whose first code point the class matches, from the
+// table's rows sorted by first code point (order0, a permutation of the rows with a code point; cp0 their first
+// code points, ascending).
+PyObject* first_rows(PyObject*, PyObject* args) {
+    PyObject *cp0_o, *order0_o, *items_o;
+    int positive;
+    if (!PyArg_ParseTuple(args, "OOpO!", &cp0_o, &order0_o, &positive, &PyTuple_Type, &items_o)) return nullptr;
+    try {
+        View vc, vo;
+        if (!vc.open(cp0_o, 8) || !vo.open(order0_o, 8)) return nullptr;
+        const Py_ssize_t m = vo.items(8);
+        if (vc.items(8) != m) {
+            PyErr_SetString(PyExc_ValueError, "first_rows: cp0 and order0 differ in length");
+            return nullptr;
+        }
+        const int64_t* cp0 = (const int64_t*)vc.v.buf;
+        const int64_t* order0 = (const int64_t*)vo.v.buf;
+        std::vector<std::pair<Py_ssize_t, Py_ssize_t>> spans;   // positions in cp0 of each item's code points
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items_o); i++) {
+            PyObject* it = PyTuple_GET_ITEM(items_o, i);
+            if (!PyTuple_Check(it) || PyTuple_GET_SIZE(it) != 2) {
+                PyErr_SetString(PyExc_TypeError, "first_rows: items must be (lo, hi) pairs");
+                return nullptr;
+            }
+            long long lo = PyLong_AsLongLong(PyTuple_GET_ITEM(it, 0));
+            long long hi = PyLong_AsLongLong(PyTuple_GET_ITEM(it, 1));
+            if (PyErr_Occurred()) return nullptr;
+            Py_ssize_t a = std::lower_bound(cp0, cp0 + m, (int64_t)lo) - cp0;
+            Py_ssize_t b = std::upper_bound(cp0, cp0 + m, (int64_t)hi) - cp0;
+            if (b > a) spans.emplace_back(a, b);
+        }
+        std::sort(spans.begin(), spans.end());
+        std::vector<std::pair<Py_ssize_t, Py_ssize_t>> in, out;   // the selected positions and the others
+        Py_ssize_t at = 0;
+        for (const auto& sp : spans) {   // disjoint runs: the union of the spans and its complement
+            if (sp.first > at) out.emplace_back(at, sp.first);
+            if (sp.second > at) in.emplace_back(std::max(at, sp.first), sp.second);
+            at = std::max(at, sp.second);
+        }
+        if (at < m) out.emplace_back(at, m);
+        if (!positive) in.swap(out);
+        Py_ssize_t total = 0, other = 0;
+        for (const auto& sp : in) total += sp.second - sp.first;
+        for (const auto& sp : out) other += sp.second - sp.first;
+        Ref res(PyByteArray_FromStringAndSize(nullptr, total * 8));
+        if (!res.p) return nullptr;
+        int64_t* r = (int64_t*)PyByteArray_AS_STRING(res.p);
+        if (total * 64 <= m) {   // few: gathered and sorted
+            Py_ssize_t w = 0;
+            for (const auto& sp : in)
+                for (Py_ssize_t j = sp.first; j < sp.second; j++) r[w++] = order0[j];
+            std::sort(r, r + w);
+        } else {                 // many: a bitmap over the rows, the smaller side marked, read in order
+            const bool mark_in = total <= other;
+            std::vector<uint8_t> mark((size_t)m, mark_in ? 0 : 1);
+            for (const auto& sp : mark_in ? in : out)
+                for (Py_ssize_t j = sp.first; j < sp.second; j++) {
+                    int64_t row = order0[j];
+                    if (row < 0 || row >= m) {
+                        PyErr_SetString(PyExc_ValueError, "first_rows: order0 is not a permutation of the rows");
+                        return nullptr;
+                    }
+                    mark[(size_t)row] = mark_in ? 1 : 0;
+                }
+            Py_ssize_t w = 0;
+            for (Py_ssize_t i = 0; i < m && w < total; i++)
+                if (mark[(size_t)i]) r[w++] = i;
+            if (w != total) {
+                PyErr_SetString(PyExc_ValueError, "first_rows: order0 is not a permutation of the rows");
+                return nullptr;
+            }
+        }
+        return res.release();
+    } catch (std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+}
+
+// pack_rows(acc: bool over rows, ids: int32 id of each row, inv: int32 row of each id) -> bytearray
+// mask.pack_by_id for a table holding every id once: packed bits over ids (most significant bit first), bit i set
+// where acc[inv[i]]; few accepted rows are scattered, many gathered in id order (reads instead of random writes).
+PyObject* pack_rows(PyObject*, PyObject* args) {
+    PyObject *acc_o, *ids_o, *inv_o;
+    if (!PyArg_ParseTuple(args, "OOO", &acc_o, &ids_o, &inv_o)) return nullptr;
+    try {
+        View va, vi, vv;
+        if (!va.open(acc_o, 1) || !vi.open(ids_o, 4) || !vv.open(inv_o, 4)) return nullptr;
+        const Py_ssize_t n = va.items(1);
+        if (vi.items(4) != n || vv.items(4) != n) {
+            PyErr_SetString(PyExc_ValueError, "pack_rows: acc, ids and inv differ in length");
+            return nullptr;
+        }
+        const uint8_t* a = (const uint8_t*)va.v.buf;
+        const int32_t* id = (const int32_t*)vi.v.buf;
+        const int32_t* inv = (const int32_t*)vv.v.buf;
+        Ref out(PyByteArray_FromStringAndSize(nullptr, (n + 7) / 8));
+        if (!out.p) return nullptr;
+        uint8_t* bits = (uint8_t*)PyByteArray_AS_STRING(out.p);
+        Py_ssize_t count = 0, r8 = 0;
+        for (; r8 + 8 <= n; r8 += 8) {
+            uint64_t word;
+            std::memcpy(&word, a + r8, 8);
+            count += (Py_ssize_t)(((word & 0x0101010101010101ULL) * 0x0101010101010101ULL) >> 56);
+        }
+        for (; r8 < n; r8++) count += a[r8] != 0;
+        if (count * 64 > n) {   // dense: gathered in id order
+            for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
+                uint8_t b = 0;
+                for (Py_ssize_t i = 8 * j; i < 8 * j + 8; i++) {
+                    bool on = false;
+                    if (i < n) {
+                        uint32_t r = (uint32_t)inv[i];
+                        if (r >= (uint32_t)n) {
+                            PyErr_SetString(PyExc_ValueError, "pack_rows: row out of range");
+                            return nullptr;
+                        }
+                        on = a[r] != 0;
+                    }
+                    b = (uint8_t)(b << 1 | on);
+                }
+                bits[j] = b;
+            }
+            return out.release();
+        }
+        std::memset(bits, 0, (size_t)((n + 7) / 8));
+        for (Py_ssize_t r = 0; r < n;) {
+            if (r + 8 <= n) {   // eight rows at a time where none is accepted (the usual case)
+                uint64_t word;
+                std::memcpy(&word, a + r, 8);
+                if (!word) {
+                    r += 8;
+                    continue;
+                }
+            }
+            if (a[r]) {
+                int32_t i = id[r];
+                if ((uint32_t)i >= (uint32_t)n) {
+                    PyErr_SetString(PyExc_ValueError, "pack_rows: id out of range");
+                    return nullptr;
+                }
+                bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
+            }
+            r++;
+        }
+        return out.release();
+    } catch (std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+}
+
+}  // namespace walk_helpers
