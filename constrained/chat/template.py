@@ -19,12 +19,14 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from . import jinja_env
+from .caps import TemplateCaps, probe_caps
 from .jinja_env import ChatTemplateError
 
 __all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "message_delimiters", "render"]
@@ -183,18 +185,19 @@ class ChatTemplates:
         return out
 
     @property
+    def caps(self) -> TemplateCaps:
+        """The template's capabilities as ``jinja::caps_get`` finds them (:func:`constrained.chat.caps.probe_caps`,
+        cached by source): what ``common_chat_templates_apply`` adapts the messages to.
+
+        >>> ChatTemplates(None).caps.supports_system_role
+        True
+        """
+        return probe_caps(self.source)
+
+    @property
     def supports_system_role(self) -> bool:
-        """``caps.supports_system_role``: a system message's content is used when [system, user] is rendered."""
-        v = getattr(self, "_sys_role", None)
-        if v is None:
-            try:
-                out = self.render_jinja([{"role": "system", "content": "System message"},
-                                         {"role": "user", "content": "User message"}], add_generation_prompt=False)
-                v = "System message" in out
-            except ChatTemplateError:
-                v = False
-            self._sys_role = v
-        return v
+        """``caps.supports_system_role``: the template uses a system message's content."""
+        return self.caps.supports_system_role
 
     @property
     def content_caps(self) -> tuple[bool, bool]:
@@ -203,21 +206,36 @@ class ChatTemplates:
         >>> ChatTemplates(None).content_caps
         (True, False)
         """
-        v = getattr(self, "_content_caps", None)
-        if v is None:
-            v = self._content_caps = _content_caps(self.source)
-        return v
+        caps = self.caps
+        return caps.supports_string_content, caps.supports_typed_content
 
     def prepare_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The workarounds ``common_chat_templates_apply_jinja`` applies before rendering: the content normalised
-        to what the template takes (``messages_inp_normalizer``: typed parts joined with newlines for a
-        string-only template, a string wrapped as one text part for a typed-only one), ``developer`` becomes
-        ``system`` (except for GPT-OSS templates), and a system message the template ignores is merged into the
-        next message (``system_message_not_supported``)."""
+        """The workarounds ``common_chat_templates_apply_jinja`` applies before rendering (chat.cpp:1242-1291):
+        the content normalised to what the template takes (``messages_inp_normalizer``: typed parts joined with
+        newlines for a string-only template, a string wrapped as one text part for a typed-only one; a ``null``
+        content is ``""``, as ``common_chat_msg::to_json_oaicompat`` writes it), ``developer`` becomes ``system``
+        (except for GPT-OSS templates), a system message the template ignores is merged into the next message
+        (``system_message_not_supported``), and for a template that takes object arguments, past tool calls'
+        string arguments are parsed as JSON (``func_args_not_string``).
+
+        Raises:
+            ChatTemplateError: tool call arguments that are not JSON (llama-server: HTTP 500).
+
+        >>> t = ChatTemplates("{% for m in messages %}{{ m.content }}{% for c in m.tool_calls %}"
+        ...                   "{{ c.function.arguments.arg }}{% endfor %}{% endfor %}{{ tools[0].function.name }}")
+        >>> t.caps.supports_object_arguments
+        True
+        >>> t.prepare_messages([{"role": "assistant", "content": None, "tool_calls": [
+        ...     {"type": "function", "function": {"name": "f", "arguments": '{"arg": 1}'}}]}])[0]
+        {'role': 'assistant', 'content': '', 'tool_calls': [{'type': 'function', 'function': {'name': 'f', 'arguments': {'arg': 1}}}]}
+        """
+        caps = self.caps
         msgs = [dict(m) for m in messages]
-        string_ok, typed_ok = self.content_caps
+        string_ok, typed_ok = caps.supports_string_content, caps.supports_typed_content
         for m in msgs:
             c = m.get("content")
+            if c is None and "content" in m:
+                m["content"] = c = ""
             if string_ok and not typed_ok and isinstance(c, list):
                 m["content"] = concat_content_parts(c)
             elif typed_ok and not string_ok and isinstance(c, str):
@@ -226,10 +244,18 @@ class ChatTemplates:
             for m in msgs:
                 if m.get("role") == "developer":
                     m["role"] = "system"
-        if msgs and msgs[0].get("role") == "system" and not self.supports_system_role:
+        if msgs and msgs[0].get("role") == "system" and not caps.supports_system_role:
             first = msgs.pop(0)
             if msgs:
                 msgs[0]["content"] = _text_of(first.get("content")) + "\n" + _text_of(msgs[0].get("content"))
+        if caps.supports_tool_calls:               # requires_non_null_content
+            for m in msgs:
+                if "tool_calls" in m and "content" not in m:
+                    m["content"] = ""
+        if caps.supports_object_arguments:
+            for m in msgs:
+                if isinstance(m.get("tool_calls"), list):
+                    m["tool_calls"] = [_args_as_object(c) for c in m["tool_calls"]]
         return msgs
 
     def apply(self, messages: Sequence[dict[str, Any]], *, jinja: bool, add_generation_prompt: bool = True,
@@ -266,98 +292,6 @@ def concat_content_parts(parts: list[Any]) -> str:
         t = part.get("text", "")
         text += t if isinstance(t, str) else ""
     return text
-
-
-class _ProbeStr(str):
-    """A message content that records how the template uses it (llama.cpp's engine records ``stats.ops``)."""
-
-    ops: set[str]
-
-    def __iter__(self) -> Any:                 # a for loop over a string: llama.cpp's engine throws
-        if _from_for_loop():
-            self.ops.add("array_access")
-            self.ops.add("iterated")
-        return super().__iter__()
-
-
-class _ProbeList(list):  # type: ignore[type-arg]
-    ops: set[str]
-
-    def __iter__(self) -> Any:
-        if _from_for_loop():
-            self.ops.add("array_access")
-        return super().__iter__()
-
-
-def _from_for_loop() -> bool:
-    # a template's own {% for %} (its compiled code, or jinja2's LoopContext), not a filter iterating the value
-    import sys
-
-    f = sys._getframe(2)
-    name = f.f_code.co_filename
-    return name == "<template>" or name.endswith(("jinja2/runtime.py", "jinja2\\runtime.py"))
-
-
-def _content_caps(source: str) -> tuple[bool, bool]:
-    # jinja::caps_get's typed-content check: render [{"role": "user", "content": probe}] (tools [], empty BOS/EOS,
-    # add_generation_prompt) and look at what the template did with the content
-    import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    base = jinja_env.environment()
-
-    class ProbeEnv(ImmutableSandboxedEnvironment):
-        def getitem(self, obj: Any, argument: Any) -> Any:
-            if isinstance(obj, (_ProbeStr, _ProbeList)) and isinstance(argument, (int, bool)):
-                obj.ops.add("array_access")
-            return super().getitem(obj, argument)
-
-    env = ProbeEnv(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, undefined=base.undefined,
-                   extensions=[type(e) for e in base.extensions.values()])
-    env.filters.update(base.filters)
-    env.globals.update(base.globals)
-    sel = env.filters["selectattr"]
-
-    def selectattr(ctx: Any, value: Any, *args: Any, **kw: Any) -> Any:
-        if isinstance(value, (_ProbeStr, _ProbeList)):
-            value.ops.add("selectattr")
-        return sel(ctx, value, *args, **kw)
-    selectattr.jinja_pass_arg = sel.jinja_pass_arg  # type: ignore[attr-defined]
-    env.filters["selectattr"] = selectattr
-    is_string = env.tests["string"]
-
-    def test_string(value: Any) -> bool:
-        if isinstance(value, (_ProbeStr, _ProbeList)):
-            value.ops.add("test_is_string")
-        return bool(is_string(value))
-    env.tests["string"] = test_string
-    try:
-        tmpl = env.from_string(source)
-    except jinja2.TemplateError:
-        return True, False
-
-    def run(content: Any) -> tuple[bool, str]:
-        content.ops = set()
-        try:
-            out = tmpl.render(messages=[{"role": "user", "content": content}], tools=[], bos_token="",
-                              eos_token="", add_generation_prompt=True)
-        except Exception:  # noqa: BLE001 - a failed render is a finding, as caps_try_execute ignores it
-            return False, ""
-        return "iterated" not in content.ops, out
-
-    string_ok, typed_ok = True, False
-    marker = _ProbeStr("STRING_MARKER")
-    ok, out = run(marker)
-    used_as_array = bool(marker.ops & {"selectattr", "array_access"})
-    typed_ok = used_as_array
-    if not ok or (used_as_array and "STRING_MARKER" not in out):
-        string_ok = False
-    if "test_is_string" in marker.ops:
-        empty = _ProbeList()
-        ok2, _ = run(empty)
-        if ok2 and empty.ops & {"selectattr", "array_access"}:
-            typed_ok = True
-    return string_ok, typed_ok
 
 
 _USER_MSG = "U_USER_MSG Hello END_U"          # chat-diff-analyzer.cpp's probe messages
@@ -438,6 +372,18 @@ def message_delimiters(t: ChatTemplates) -> list[tuple[str, str]]:
             if start:
                 out.append(("user", start))
     return out
+
+
+def _args_as_object(call: Any) -> Any:
+    # workaround::func_args_not_string (chat.cpp:1041-1058)
+    f = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(f, dict) or not isinstance(f.get("arguments"), str):
+        return call
+    try:
+        args = json.loads(f["arguments"])
+    except ValueError as e:
+        raise ChatTemplateError(f"Failed to parse tool call arguments as JSON: {e}") from None
+    return {**call, "function": {**f, "arguments": args}}
 
 
 def _text_of(content: Any) -> str:
