@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
-from .template import CHATML_TEMPLATE, ChatTemplateError, ChatTemplates, message_delimiters, render
+from .delimiters import message_delimiters
+from .template import CHATML_TEMPLATE, ChatTemplateError, ChatTemplates, render
 
 __all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "message_delimiters", "render"]
