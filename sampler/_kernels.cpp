@@ -14,6 +14,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 
 #include "_kernels_stages.h"
 
@@ -25,6 +26,7 @@
 #include <functional>
 #include <numeric>
 #include <random>
+#include <sstream>
 #include <vector>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -102,14 +104,6 @@ static bool as_size(PyObject *o, size_t &out) {
     return true;
 }
 
-// min_keep: llama.cpp's size_t from an int (a negative value wraps, as the C conversion does)
-static bool as_keep(PyObject *o, size_t &out) {
-    long long v = PyLong_AsLongLong(o);
-    if (v == -1 && PyErr_Occurred()) return false;
-    out = (size_t)v;
-    return true;
-}
-
 static bool as_float(PyObject *o, float &out) {
     double v = PyFloat_AsDouble(o);
     if (v == -1.0 && PyErr_Occurred()) return false;
@@ -147,6 +141,8 @@ static bool cur_args(PyObject *const *args, Buf &b, Cur &c) {
     c.sorted = PyObject_IsTrue(args[2]) == 1;
     return true;
 }
+
+#include "_kernels_objects.h"
 
 // ---------------------------------------------------------------------------------------------------------------
 // conversions
@@ -249,38 +245,6 @@ static PyObject *k_softmax(PyObject *, PyObject *const *args, Py_ssize_t nargs) 
     Cur c;                                                                   \
     if (!cur_args(args, b, c)) return nullptr
 
-// top_p(records, n, sorted, p, min_keep) -> packed
-static PyObject *k_top_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("top_p", 5);
-    float p;
-    size_t min_keep;
-    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
-    if (p < 1.0f && c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
-    top_p_impl(c, p, min_keep);
-    return packed(c);
-}
-
-// min_p(records, n, sorted, p, min_keep) -> packed
-static PyObject *k_min_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("min_p", 5);
-    float p;
-    size_t min_keep;
-    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
-    min_p_impl(c, p, min_keep);
-    return packed(c);
-}
-
-// typical(records, n, sorted, p, min_keep) -> packed
-static PyObject *k_typical(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("typical", 5);
-    float p;
-    size_t min_keep;
-    if (!as_float(args[3], p) || !as_keep(args[4], min_keep)) return nullptr;
-    if (p < 1.0f && c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
-    typical_impl(c, p, min_keep);
-    return packed(c);
-}
-
 // temp(records, n, sorted, temp) -> packed: llama_sampler_temp_impl
 static PyObject *k_temp(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     STAGE_ARGS("temp", 4);
@@ -327,45 +291,6 @@ static PyObject *k_temp_floats(PyObject *, PyObject *const *args, Py_ssize_t nar
     Py_RETURN_NONE;
 }
 
-// temp_ext(records, n, sorted, temp, delta, exponent) -> packed
-static PyObject *k_temp_ext(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("temp_ext", 6);
-    float temp, delta, exponent;
-    if (!as_float(args[3], temp) || !as_float(args[4], delta) || !as_float(args[5], exponent)) return nullptr;
-    temp_ext_impl(c, temp, delta, exponent);
-    return packed(c);
-}
-
-// xtc(records, n, sorted, probability, threshold, min_keep, draw) -> packed: the whole of llama_sample_xtc_apply,
-// draw being uniform_real_distribution<float>'s one generator output (taken only when size >= 2, p > 0, t <= 0.5)
-static PyObject *k_xtc(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("xtc", 7);
-    float prob, thr;
-    size_t min_keep;
-    uint32_t u[2];
-    int nu;
-    if (!as_float(args[3], prob) || !as_float(args[4], thr) || !as_keep(args[5], min_keep) || !as_u32s(args[6], u, nu))
-        return nullptr;
-    if (prob <= 0.0f || thr > 0.5f || c.size < 2) return packed(c);
-    Replay g{u, nu, 0};
-    std::uniform_real_distribution<float> distribution(0.0f, 1.0f);
-    const float chance = distribution(g);
-    if (chance > prob) return packed(c);
-    xtc_impl(c, thr, min_keep);
-    return packed(c);
-}
-
-// dist(records, n, sorted, draws) -> selected (-1 for an empty array, which draws nothing)
-static PyObject *k_dist(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    STAGE_ARGS("dist", 4);
-    uint32_t u[2];
-    int nu;
-    if (!as_u32s(args[3], u, nu)) return nullptr;
-    if (c.size == 0) return PyLong_FromLong(-1);
-    Replay g{u, nu, 0};
-    return PyLong_FromSize_t(dist_impl(c, g));
-}
-
 // run(records, n, sorted, program, draws) -> (packed, selected): several stages in one call, program being a
 // buffer of Op records (sampler/kernels.py: OP) applied in order; a final dist takes the two draws
 struct Op {
@@ -379,10 +304,10 @@ static PyObject *k_run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
     STAGE_ARGS("run", 5);
     Buf bp;
     uint32_t u[2];
-    int nu;
+    Replay g{u, 0, 0};
     if (PyObject_GetBuffer(args[3], &bp.v, PyBUF_ND) < 0) return nullptr;
     bp.ok = true;
-    if (!as_u32s(args[4], u, nu)) return nullptr;
+    if (!as_draws(args[4], u, g)) return nullptr;
     const Op *ops = static_cast<const Op *>(bp.v.buf);
     const size_t nops = (size_t)bp.v.len / sizeof(Op);
     long selected = -1;
@@ -397,7 +322,6 @@ static PyObject *k_run(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
             case 4: typical_impl(c, o.f1, (size_t)(int64_t)o.i1); break;
             case 5: temp_ext_impl(c, o.f1, o.f2, o.f3); break;
             case 6: {
-                Replay g{u, nu, 0};
                 selected = (long)dist_impl(c, g);
                 break;
             }
@@ -417,45 +341,10 @@ static PyObject *k_discrete(PyObject *, PyObject *const *args, Py_ssize_t nargs)
     Buf b;
     size_t n;
     uint32_t u[2];
-    int nu;
-    if (!as_size(args[1], n) || !get_records(args[0], b, n) || !as_u32s(args[2], u, nu)) return nullptr;
+    Replay g{u, 0, 0};
+    if (!as_size(args[1], n) || !get_records(args[0], b, n) || !as_draws(args[2], u, g)) return nullptr;
     Cur c{static_cast<TokenData *>(b.v.buf), n, false};
-    Replay g{u, nu, 0};
     return PyLong_FromLong(sample_dist(c, g));
-}
-
-// adaptive_p(records, n, sorted, target, weighted_sum, total_weight, original_probs_out, draws) -> (index, id): llama_sampler_adaptive_p_apply
-// (llama-sampler.cpp:3750) with its draw (two generator outputs when size >= 2, none below); target >= 0 here
-static constexpr float AP_WIDTH_INV = 1.0f / 0.3f;
-static constexpr float AP_PEAK = 5.0f;
-static constexpr float AP_SHARP = 10.0f;
-
-static PyObject *k_adaptive_p(PyObject *, PyObject *const *args, Py_ssize_t nargs) {
-    ARGS("adaptive_p", 8);
-    Buf b, bo;
-    Cur c;
-    float tgt, weighted_sum, total_weight;
-    Floats orig;
-    uint32_t u[2];
-    int nu;
-    if (!cur_args(args, b, c) || !as_float(args[3], tgt) || !as_float(args[4], weighted_sum) ||
-        !as_float(args[5], total_weight) || !get_floats(args[6], bo, orig, true) || !as_u32s(args[7], u, nu))
-        return nullptr;
-    const float target = std::clamp(tgt, 0.0f, 1.0f);
-    const float at = std::clamp(total_weight == 0.0f ? target : 2.0f * target - (weighted_sum / total_weight), 0.0f, 1.0f);
-    if (c.size == 0) return PyErr_Format(PyExc_RuntimeError, "GGML_ASSERT(cur_p->size > 0) failed");
-    if ((size_t)orig.n != c.size) return PyErr_Format(PyExc_ValueError, "original_probs has the wrong length");
-    softmax_impl(c, false);
-    for (size_t i = 0; i < c.size; ++i) orig[i] = c.data[i].p;
-    for (size_t i = 0; i < c.size; ++i) {
-        if (c.data[i].logit == -INFINITY) continue;
-        const float dist = std::abs((c.data[i].p - at) * AP_WIDTH_INV);
-        c.data[i].logit = AP_PEAK - AP_SHARP * dist * dist / (1.0f + dist);
-    }
-    softmax_impl(c, false);
-    Replay g{u, nu, 0};
-    const int idx = sample_dist(c, g);
-    return Py_BuildValue("(ii)", idx, (int)c.data[idx].id);
 }
 
 // mirostat(records, n, sorted, n_vocab, m, mu) -> packed: llama_sampler_mirostat_apply (llama-sampler.cpp:2460)
@@ -712,25 +601,17 @@ static PyMethodDef methods[] = {
      "top_k(logits, ids, p, k, out, nan_check) -> k: top-k of an unsorted array into records"},
     {"top_k_rec", (PyCFunction)(void (*)(void))k_top_k_rec, METH_FASTCALL, "top_k_rec(rec, n, sorted, k)"},
     {"softmax", (PyCFunction)(void (*)(void))k_softmax, METH_FASTCALL, "softmax(rec, n, sorted, do_sort)"},
-    {"top_p", (PyCFunction)(void (*)(void))k_top_p, METH_FASTCALL, "top_p(rec, n, sorted, p, min_keep)"},
-    {"min_p", (PyCFunction)(void (*)(void))k_min_p, METH_FASTCALL, "min_p(rec, n, sorted, p, min_keep)"},
-    {"typical", (PyCFunction)(void (*)(void))k_typical, METH_FASTCALL, "typical(rec, n, sorted, p, min_keep)"},
     {"temp_floats", (PyCFunction)(void (*)(void))k_temp_floats, METH_FASTCALL, "temp_floats(src, temp, dst)"},
     {"temp", (PyCFunction)(void (*)(void))k_temp, METH_FASTCALL, "temp(rec, n, sorted, temp)"},
-    {"temp_floats", (PyCFunction)(void (*)(void))k_temp_floats, METH_FASTCALL, "temp_floats(src, temp, dst)"},
-    {"temp_ext", (PyCFunction)(void (*)(void))k_temp_ext, METH_FASTCALL,
-     "temp_ext(rec, n, sorted, temp, delta, exponent)"},
-    {"xtc", (PyCFunction)(void (*)(void))k_xtc, METH_FASTCALL, "xtc(rec, n, sorted, probability, threshold, min_keep, draw)"},
-    {"dist", (PyCFunction)(void (*)(void))k_dist, METH_FASTCALL, "dist(rec, n, sorted, draws) -> selected"},
     {"run", (PyCFunction)(void (*)(void))k_run, METH_FASTCALL,
      "run(rec, n, sorted, program, draws) -> (packed, selected): fused stages"},
     {"discrete", (PyCFunction)(void (*)(void))k_discrete, METH_FASTCALL, "discrete(rec, n, draws) -> index"},
-    {"adaptive_p", (PyCFunction)(void (*)(void))k_adaptive_p, METH_FASTCALL,
-     "adaptive_p(rec, n, sorted, target, weighted_sum, total_weight, original_probs_out, draws) -> (index, id)"},
     {"mirostat", (PyCFunction)(void (*)(void))k_mirostat, METH_FASTCALL, "mirostat(rec, n, sorted, n_vocab, m, mu)"},
     {"mirostat_v2", (PyCFunction)(void (*)(void))k_mirostat_v2, METH_FASTCALL, "mirostat_v2(rec, n, sorted, mu)"},
     {"mirostat_mu", (PyCFunction)(void (*)(void))k_mirostat_mu, METH_FASTCALL, "mirostat_mu(p, mu, tau, eta)"},
     {"top_n_sigma", (PyCFunction)(void (*)(void))k_top_n_sigma, METH_FASTCALL, "top_n_sigma(src, n, dst)"},
+    {"bind_candidates", k_bind_candidates, METH_O,
+     "bind_candidates(Candidates): the class whose slots Stage.apply reads (sampler/candidates.py)"},
     {"dry_repeats", (PyCFunction)(void (*)(void))k_dry_repeats, METH_FASTCALL,
      "dry_repeats(last_tokens, last_n, allowed_length, breakers) -> {token: repeat length} or None"},
     {nullptr, nullptr, 0, nullptr}};
@@ -741,4 +622,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_kernels",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__kernels(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__kernels(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m && !ready_types(m)) Py_CLEAR(m);
+    return m;
+}

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <vector>
 #ifdef __SSE2__
 #include <emmintrin.h>
@@ -26,14 +27,17 @@ struct Greater {
     bool operator()(const TokenData &a, const TokenData &b) const { return a.logit > b.logit; }
 };
 
-// A generator that replays 32-bit outputs drawn in Python from std::mt19937's twin (sampler.rng.Mt19937).
+// The generator a drawing stage hands to libstdc++'s distributions: a std::mt19937 living in C (the engine of a
+// sampler._kernels.Mt19937 object, as llama.cpp's samplers own one), or, without one, a replay of 32-bit outputs
+// drawn in Python from std::mt19937's twin (sampler.rng.Mt19937).  Either way the distribution sees the same outputs.
 struct Replay {
     using result_type = uint32_t;
     const uint32_t *v;
     int n, i;
+    std::mt19937 *eng = nullptr;
     static constexpr result_type min() { return 0; }
     static constexpr result_type max() { return 0xFFFFFFFFu; }
-    result_type operator()() { return i < n ? v[i++] : 0u; }
+    result_type operator()() { return eng ? (result_type)(*eng)() : i < n ? v[i++] : 0u; }
 };
 
 // ---------------------------------------------------------------------------------------------------------------

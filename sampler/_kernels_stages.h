@@ -271,6 +271,28 @@ static size_t dist_impl(Cur &c, Replay &g) {
     return found ? sel : c.size - 1;
 }
 
+// as llama_sampler_adaptive_p_apply (llama-sampler.cpp:3750) for a target >= 0 and size >= 1: the probabilities
+// before the transform go to orig (size floats), then the transform, the softmax and the draw (two generator
+// outputs from two candidates up, none below); returns the selected index
+static constexpr float AP_WIDTH_INV = 1.0f / 0.3f;  // INV_WIDTH = 1 / DISTRIBUTION_WIDTH
+static constexpr float AP_PEAK = 5.0f;
+static constexpr float AP_SHARP = 10.0f;
+
+static int adaptive_p_impl(Cur &c, float target_in, float weighted_sum, float total_weight, float *orig, Replay &g) {
+    softmax_impl(c, false);
+    for (size_t i = 0; i < c.size; ++i) orig[i] = c.data[i].p;
+    const float target = std::clamp(target_in, 0.0f, 1.0f);
+    const float at =
+        std::clamp(total_weight == 0.0f ? target : 2.0f * target - (weighted_sum / total_weight), 0.0f, 1.0f);
+    for (size_t i = 0; i < c.size; ++i) {
+        if (c.data[i].logit == -INFINITY) continue;
+        const float dist = std::abs((c.data[i].p - at) * AP_WIDTH_INV);
+        c.data[i].logit = AP_PEAK - AP_SHARP * dist * dist / (1.0f + dist);
+    }
+    softmax_impl(c, false);
+    return sample_dist(c, g);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // top-n-sigma (llama-sampler.cpp:3237) on a float buffer
 

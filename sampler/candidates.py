@@ -202,6 +202,10 @@ class Candidates:
         self.sorted = True
 
 
+if K is not None:
+    K.bind_candidates(Candidates)  # the slots the compiled stages (K.Stage.apply) read and write
+
+
 def top_partial_sort(keys: np.ndarray, k: int) -> np.ndarray:
     """The first ``k`` indices of ``std::partial_sort(first, first+k, last, greater)`` over ``keys``.
 

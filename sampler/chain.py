@@ -33,6 +33,7 @@ from .kernels import OP, REC, K
 from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties
+from .rng import Mt19937
 from .temperature import Temp, TempExt
 from .truncation import XTC, MinP, TopK, TopNSigma, TopP, Typical
 
@@ -254,10 +255,11 @@ class Sampler:
         return cand
 
     def _run_tail(self, c: Candidates) -> None:
-        # the fused tail in one kernel call; its dist takes the two draws of uniform_real_distribution<double>
-        bits = self._active[-1].rng._r.getrandbits
+        # the fused tail in one kernel call; its dist draws uniform_real_distribution<double> from its generator
+        # (a Python one's two outputs are replayed)
+        g = self._active[-1].rng
         r, c.selected = K.run(c._rec if c._rec is not None else c.records(), c._n, c.sorted,  # type: ignore[union-attr]
-                              self._prog, (bits(32), bits(32)))
+                              self._prog, (g.next_u32(), g.next_u32()) if isinstance(g, Mt19937) else g)
         c._n, c.sorted = r >> 1, bool(r & 1)
 
     def sample(self, logits: Any) -> int:

@@ -19,7 +19,7 @@ import numpy as np
 from . import mathf
 from .candidates import Candidates
 from .kernels import K
-from .rng import Mt19937, discrete_distribution, uniform_real_double
+from .rng import Mt19937, discrete_distribution, engine, uniform_real_double
 
 LLAMA_DEFAULT_SEED = 0xFFFFFFFF
 _F32 = np.float32
@@ -97,32 +97,35 @@ def softmax(c: Candidates, do_sort: bool) -> None:
 # as llama_sample_dist (libstdc++ discrete_distribution over p)
 def sample_discrete(c: Candidates, rng: Mt19937) -> int:
     """``std::discrete_distribution<int>`` over ``p`` (no draw for fewer than two entries)."""
-    if K is not None:
-        n = c.size
-        bits = rng._r.getrandbits
-        return K.discrete(c.records(), n, (bits(32), bits(32)) if n >= 2 else ())
+    if K is not None and not isinstance(rng, Mt19937):  # the compiled generator, drawn from in the kernel
+        return K.discrete(c.records(), c.size, rng)  # (no draw below two entries)
     return int(discrete_distribution(c.p, rng))
 
 
 class Dist:
-    """``llama_sampler_init_dist(seed)``: softmax in float, a double running sum, one uniform double per draw."""
+    """``llama_sampler_init_dist(seed)``: softmax in float, a double running sum, one uniform double per draw.
+
+    With the kernels, ``rng`` is a ``sampler._kernels.Mt19937`` and :meth:`apply` is a compiled stage
+    (``K.Stage``) drawing from it in the same call; the method below is the reference (and runs without them).
+    """
 
     name = "dist"
 
     def __init__(self, seed: int) -> None:
         self.seed = seed & 0xFFFFFFFF
         self.seed_cur = rng_seed(self.seed)
-        self.rng = Mt19937(self.seed_cur)
+        self.rng = engine(self.seed_cur)
+        self._bind()
+
+    def _bind(self) -> None:
+        if K is not None and isinstance(self.rng, K.Mt19937):
+            self.apply = K.Stage(6, 0, 0.0, 0.0, 0.0, self.rng, None).apply  # type: ignore[method-assign]
 
     # as llama_sampler_dist_apply
     def apply(self, c: Candidates) -> None:
         n = c.size
         if n == 0:
             c.selected = -1
-            return
-        if K is not None:
-            bits = self.rng._r.getrandbits  # uniform_real_distribution<double>: generate_canonical's two outputs
-            c.selected = K.dist(c._rec if c._rec is not None else c.records(), n, c.sorted, (bits(32), bits(32)))
             return
         c.selected = 0
         if n == 1:
@@ -162,4 +165,5 @@ class Dist:
     def clone(self) -> Dist:
         d = Dist.__new__(Dist)
         d.seed, d.seed_cur, d.rng = self.seed, self.seed_cur, self.rng.clone()
+        d._bind()
         return d

@@ -16,7 +16,7 @@ from . import mathf
 from .candidates import Candidates
 from .dist import rng_seed, sample_discrete, softmax
 from .kernels import K
-from .rng import Mt19937
+from .rng import Mt19937, engine
 from .truncation import top_k_impl
 
 _F32 = np.float32
@@ -30,7 +30,7 @@ class _Seeded:
     def _init_rng(self, seed: int) -> None:
         self.seed = seed & 0xFFFFFFFF
         self.seed_cur = rng_seed(self.seed)
-        self.rng = Mt19937(self.seed_cur)
+        self.rng = engine(self.seed_cur)
 
     def clone(self):  # noqa: ANN201
         o = self.__class__.__new__(self.__class__)
@@ -174,7 +174,25 @@ class AdaptiveP(_Seeded):
         self._target = float(self.target)
         self.decay = _F32(min(max(_F32(decay), _F32(0.0)), _F32(0.99)))
         self._init_rng(seed)
-        self._reset_state()
+        self._stage = None
+        self._bind()
+        if self._stage is None:
+            self._reset_state()
+
+    def _bind(self) -> None:
+        # with the kernels (and a target >= 0) apply and accept are a compiled stage's (K.Stage), which keeps the
+        # EMA state and the original probabilities and draws from the generator in the same call; the methods
+        # below are the reference and keep that state in the attributes _reset_state sets
+        if K is not None and self._target >= 0.0 and not isinstance(self.rng, Mt19937):
+            self._stage = K.Stage(8, 0, self._target, float(self.decay), 0.0, self.rng, None)
+            self.apply, self.accept = self._stage.apply, self._stage.accept  # type: ignore[method-assign]
+
+    @property
+    def state(self) -> tuple[float, float, int, int]:
+        """``(weighted_sum, total_weight, pending_id, pending_idx)``, wherever they are kept."""
+        if self._stage is not None:
+            return self._stage.state()
+        return float(self.weighted_sum), float(self.total_weight), self.pending_id, self.pending_idx
 
     def _reset_state(self) -> None:
         self.weighted_sum = _F32(self.target / _F32(_F32(1.0) - self.decay))
@@ -185,19 +203,6 @@ class AdaptiveP(_Seeded):
 
     # as llama_sampler_adaptive_p_apply
     def apply(self, c: Candidates) -> None:
-        if K is not None and self._target >= 0.0:
-            rec = c.records()
-            n = c._n
-            if n == 0:
-                raise RuntimeError("GGML_ASSERT(cur_p->size > 0) failed")
-            orig = np.empty(n, _F32)
-            bits = self.rng._r.getrandbits  # discrete_distribution draws only from two weights up
-            idx, self.pending_id = K.adaptive_p(rec, n, c.sorted, self._target, float(self.weighted_sum),
-                                                float(self.total_weight), orig,
-                                                (bits(32), bits(32)) if n >= 2 else ())
-            self.original_probs = orig
-            c.selected = self.pending_idx = idx
-            return
         softmax(c, False)
         if self.target < 0.0:
             c.selected = sample_discrete(c, self.rng)
@@ -229,7 +234,10 @@ class AdaptiveP(_Seeded):
         self.pending_idx = -1
 
     def reset(self) -> None:
-        self._reset_state()
+        if self._stage is not None:
+            self._stage.reset()
+        else:
+            self._reset_state()
         self.seed_cur = rng_seed(self.seed)
         self.rng.seed(self.seed_cur)
 
@@ -237,6 +245,10 @@ class AdaptiveP(_Seeded):
     def clone(self) -> AdaptiveP:
         o = super().clone()
         o.seed_cur = rng_seed(self.seed)
-        o.rng = Mt19937(o.seed_cur)
-        o.original_probs = self.original_probs.copy()
+        o.rng = engine(o.seed_cur)
+        if self._stage is not None:
+            o._stage = self._stage.clone(o.rng)
+            o.apply, o.accept = o._stage.apply, o._stage.accept  # type: ignore[method-assign]
+        else:
+            o.original_probs = self.original_probs.copy()
         return o

@@ -11,6 +11,9 @@ Everything here follows g++ 12's ``bits/random.h`` / ``bits/random.tcc``:
   1.0 replaced by ``nextafter(1.0f, 0.0f)``.
 * :func:`uniform_real_double` / :func:`uniform_real_float` are ``uniform_real_distribution``: ``c * (b - a) + a`` in
   the distribution's type.
+* :func:`engine` is the generator a drawing sampler owns: the compiled ``sampler._kernels.Mt19937`` (a real
+  ``std::mt19937`` whose state lives in C, drawn from inside the stage's own kernel call) when the kernels are built,
+  else :class:`Mt19937`; the two have the same interface and the same outputs (tests/test_sampler_kernels.py).
 * :func:`discrete_distribution` is ``std::discrete_distribution<int>{first, last}(rng)``: with fewer than two weights
   it returns 0 *without drawing*; otherwise the weights are converted to double, summed left to right
   (``std::accumulate``), each divided by the sum, accumulated left to right (``std::partial_sum``), the last
@@ -34,8 +37,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .kernels import K
+
 __all__ = [
     "Mt19937",
+    "engine",
     "canonical_double_from",
     "canonical_doubles",
     "canonical_float_from",
@@ -141,6 +147,17 @@ class Mt19937:
     __hash__ = None  # type: ignore[assignment]
 
 
+def engine(seed: int) -> Mt19937:
+    """A new ``std::mt19937(seed)`` for a sampler: ``sampler._kernels.Mt19937`` when built, else :class:`Mt19937`.
+
+    Example:
+        >>> g, h = engine(5489), Mt19937(5489)
+        >>> [g.next_u32() for _ in range(700)] == h.u32(700).tolist() and g.getstate() == h.getstate()
+        True
+    """
+    return K.Mt19937(seed) if K is not None else Mt19937(seed)
+
+
 def generate_canonical_double(rng: Mt19937) -> float:
     """``std::generate_canonical<double, 53>(rng)``: two outputs, low word first.
 
@@ -148,9 +165,8 @@ def generate_canonical_double(rng: Mt19937) -> float:
         >>> 0.0 <= generate_canonical_double(Mt19937(7)) < 1.0
         True
     """
-    r = rng._r
-    lo = r.getrandbits(32)
-    return canonical_double_from(lo, r.getrandbits(32))
+    lo = rng.next_u32()
+    return canonical_double_from(lo, rng.next_u32())
 
 
 def canonical_double_from(lo: int, hi: int) -> float:
@@ -169,7 +185,7 @@ def canonical_doubles(rng: Mt19937, n: int) -> np.ndarray:
 
 def generate_canonical_float(rng: Mt19937) -> np.float32:
     """``std::generate_canonical<float, 24>(rng)``: one output ``u``, ``float(u) / 2**32`` in float."""
-    return canonical_float_from(rng._r.getrandbits(32))
+    return canonical_float_from(rng.next_u32())
 
 
 def canonical_float_from(u: int) -> np.float32:

@@ -1,6 +1,7 @@
 """Temperature (``temp``) and dynamic temperature (``temp-ext``), as in ``src/llama-sampler.cpp``.
 
-A temperature <= 0 keeps the first strict maximum (in array order) and masks everything else to -inf; it does not
+With the compiled kernels a TempExt instance's ``apply`` is a compiled stage (``K.Stage``); the method written here is
+the numpy reference. A temperature <= 0 keeps the first strict maximum (in array order) and masks everything else to -inf; it does not
 select anything itself (``dist`` still draws).
 
 Example:
@@ -12,6 +13,8 @@ Example:
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 
@@ -81,13 +84,12 @@ class TempExt:
         self.delta = _F32(delta)
         self.exponent = _F32(exponent)
         self._args = (float(self.temp), float(self.delta), float(self.exponent))
+        if K is not None:  # the compiled apply; arrays not in record form go to the float path as below
+            fallback = None if self.delta > 0 else functools.partial(temp_impl, temp=self.temp)
+            self.apply = K.Stage(5, 0, *self._args, None, fallback).apply  # type: ignore[method-assign]
 
     # as llama_sampler_temp_ext_apply
     def apply(self, c: Candidates) -> None:
-        if K is not None and (c._rec is not None or self.delta > 0):
-            r = K.temp_ext(c._rec if c._rec is not None else c.records(), c._n, c.sorted, *self._args)
-            c._n, c.sorted = r >> 1, bool(r & 1)
-            return
         if not self.delta > 0:
             temp_impl(c, self.temp)
             return

@@ -1,6 +1,9 @@
 """The truncating samplers: top-k, top-p, min-p, typical, top-n-sigma and XTC, as in ``src/llama-sampler.cpp``.
 
 Each class has ``apply(candidates)``, ``accept(token)``, ``reset()`` and ``clone()``, like a ``llama_sampler``.
+With the compiled kernels, top-p, min-p, typical and XTC instances get a compiled ``apply`` (``K.Stage``: the
+parameters parsed once, the candidate record array read and written in C, XTC's draw from its ``std::mt19937`` in
+the same call); the methods written here are the numpy reference they are tested against.
 
 Example:
     >>> import numpy as np
@@ -21,7 +24,7 @@ from .candidates import Candidates, bucket_partial_sort
 from .dist import fsum_seq, rng_seed, scan_max, softmax
 from .kernels import REC, K
 from .nsigma import grid_sum, sq_dev_sum
-from .rng import Mt19937, uniform_real_float
+from .rng import Mt19937, engine, uniform_real_float
 
 _F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
@@ -74,6 +77,15 @@ class TopK(_Stateless):
         top_k_impl(c, self.k)
 
 
+def _stage(code: int, min_keep: int, f1: float, f2: float = 0.0, f3: float = 0.0, rng: object = None,
+           fallback: object = None) -> object:
+    """The compiled ``apply`` of a stage (``K.Stage(...).apply``), or None without the kernels (or for a min_keep
+    outside int64, which the Python apply handles)."""
+    if K is None or not -2**63 <= min_keep < 2**63:
+        return None
+    return K.Stage(code, min_keep, f1, f2, f3, rng, fallback).apply
+
+
 class TopP(_Stateless):
     """``llama_sampler_init_top_p(p, min_keep)``."""
 
@@ -83,14 +95,12 @@ class TopP(_Stateless):
         self.p = _F32(p)
         self.min_keep = int(min_keep)
         self._pf = float(self.p)
+        if (a := _stage(2, self.min_keep, self._pf)) is not None:
+            self.apply = a  # type: ignore[method-assign]
 
     # as llama_sampler_top_p_apply
     def apply(self, c: Candidates) -> None:
         if self._pf >= 1.0:
-            return
-        if K is not None:
-            r = K.top_p(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
-            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, False)
         n = c.size
@@ -153,14 +163,12 @@ class MinP(_Stateless):
         self.min_keep = int(min_keep)
         self._lp = _F32(mathf.logf(float(self.p))) if self.p > 0.0 else _F32(0.0)
         self._pf = float(self.p)
+        if (a := _stage(3, self.min_keep, self._pf)) is not None:
+            self.apply = a  # type: ignore[method-assign]
 
     # as llama_sampler_min_p_apply
     def apply(self, c: Candidates) -> None:
         if self._pf <= 0.0:
-            return
-        if K is not None:
-            r = K.min_p(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
-            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         if c.size == 0:
             return
@@ -189,14 +197,12 @@ class Typical(_Stateless):
         self.p = _F32(p)
         self.min_keep = int(min_keep)
         self._pf = float(self.p)
+        if (a := _stage(4, self.min_keep, self._pf)) is not None:
+            self.apply = a  # type: ignore[method-assign]
 
     # as llama_sampler_typical_apply
     def apply(self, c: Candidates) -> None:
         if self._pf >= 1.0:
-            return
-        if K is not None:
-            r = K.typical(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self.min_keep)
-            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         softmax(c, True)
         p = c.p
@@ -283,16 +289,17 @@ class XTC:
         self.min_keep = int(min_keep)
         self.seed = seed & 0xFFFFFFFF
         self.seed_cur = rng_seed(self.seed)
-        self.rng = Mt19937(self.seed_cur)
+        self.rng = engine(self.seed_cur)
+        self._bind()
+
+    def _bind(self) -> None:
+        if K is not None and not isinstance(self.rng, Mt19937):
+            if (a := _stage(7, self.min_keep, self._pf, self._tf, 0.0, self.rng)) is not None:
+                self.apply = a  # type: ignore[method-assign]
 
     # as llama_sample_xtc_apply
     def apply(self, c: Candidates) -> None:
         if self._off or c.size < 2:
-            return
-        if K is not None:  # the draw (generate_canonical<float>'s one output) and the rest in the kernel
-            r = K.xtc(c._rec if c._rec is not None else c.records(), c._n, c.sorted, self._pf, self._tf,
-                      self.min_keep, (self.rng._r.getrandbits(32),))
-            c._n, c.sorted = r >> 1, bool(r & 1)
             return
         chance = uniform_real_float(self.rng)
         if chance > self.probability:
@@ -315,5 +322,7 @@ class XTC:
     def clone(self) -> XTC:
         x = XTC.__new__(XTC)
         x.__dict__.update(self.__dict__)
+        x.__dict__.pop("apply", None)  # bound to this generator
         x.rng = self.rng.clone()
+        x._bind()
         return x

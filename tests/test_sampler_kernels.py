@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sampler import candidates, chain, dist, dry, kernels, mirostat, temperature, truncation
+from sampler import candidates, chain, dist, dry, kernels, mirostat, rng, temperature, truncation
 from sampler.candidates import Candidates
 from sampler.chain import Sampler
 from sampler.params import Params
@@ -27,7 +27,7 @@ from tests.sampler_support import bits
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 
 # every module that binds the kernels (checked by test_every_kernel_user_is_listed)
-KERNEL_USERS = (candidates, chain, dist, dry, mirostat, temperature, truncation)
+KERNEL_USERS = (candidates, chain, dist, dry, mirostat, rng, temperature, truncation)
 
 needs_kernels = pytest.mark.skipif(kernels.K is None, reason="the numpy path was asked for "
                                    "(CONSTRAINED_PURE_PYTHON=1)" if kernels.PURE else "not built")
@@ -220,3 +220,194 @@ def test_records_round_trip() -> None:
     assert [x.tolist() if isinstance(x, np.ndarray) else x for x in snapshot(c)] == \
         [x.tolist() if isinstance(x, np.ndarray) else x for x in want]
     assert c.token(5) == int(want[0][5])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# the generator in the kernel (sampler._kernels.Mt19937) and the compiled stages (K.Stage)
+
+GEN_SEEDS = [0, 1, 42, 5489, 123456789, 2**31, 2**32 - 1, 2**32 + 7, 2**40 + 3, -1, -12345]
+
+
+@needs_kernels
+def test_kernel_generator_is_libstdcxx_mt19937_and_rng_py() -> None:
+    """K.Mt19937 (a std::mt19937 in C) gives libstdc++'s outputs (the C++ oracle tests/cpp/rng_oracle.cpp) and is
+    rng.Mt19937 state for state: outputs, getstate/setstate across the two, clone, discard, seed, ==."""
+    from tests.cpp.build import compile_cpp, gxx
+    from tests.cpp.build import run as run_cpp
+
+    assert gxx() is not None, "no g++ for the libstdc++ oracle"
+    exe = compile_cpp("rng_oracle.cpp")
+    seeds = GEN_SEEDS + [int(x) for x in np.random.default_rng(3).integers(0, 2**32, 20)]
+    out = run_cpp(exe, "".join(f"u32 {s & 0xFFFFFFFF} 1300\n" for s in seeds)).splitlines()
+    G = kernels.K.Mt19937
+    for s, line in zip(seeds, out, strict=True):
+        g, r = G(s), rng.Mt19937(s)
+        assert g.getstate() == r.getstate() and g == G(s & 0xFFFFFFFF)
+        got = [g.next_u32() for _ in range(1300)]
+        assert got == [int(x) for x in line.split()], s
+        assert got == r.u32(1300).tolist() and g.getstate() == r.getstate(), s
+    assert G().next_u32() == 3499211612  # default seed 5489
+    g = G(99)
+    g.discard(700)
+    h = g.clone()
+    st = g.getstate()
+    a = [g() for _ in range(1000)]
+    assert [h.next_u32() for _ in range(1000)] == a and g == h
+    g.setstate(st)
+    assert g != h
+    g.discard(500)
+    assert [g.next_u32() for _ in range(500)] == a[500:]
+    r = rng.Mt19937(1)  # a state moved across, both ways, mid-block
+    r.u32(333)
+    g.setstate(r.getstate())
+    assert [g.next_u32() for _ in range(700)] == r.u32(700).tolist()
+    r.setstate(g.getstate())
+    assert [g.next_u32() for _ in range(10)] == r.u32(10).tolist()
+    g.seed(5)
+    assert g == G(5) and g != G(6)
+    assert g.__hash__ is None or isinstance(g.__hash__, type(None))
+    for bad in (1.5, True, "1"):
+        with pytest.raises(TypeError):
+            G(bad)
+    with pytest.raises(ValueError):
+        g.setstate(((0,) * 3, 0))
+    with pytest.raises(ValueError):
+        g.setstate(((0,) * 624, 625))
+    assert isinstance(rng.engine(7), G)
+    with numpy_path():
+        assert type(rng.engine(7)) is rng.Mt19937
+
+
+DRAWING = {  # chains whose stages draw: dist, XTC, mirostat v1/v2, adaptive-p (and one adaptive-p off: target < 0)
+    "default": CHAINS["default"],
+    "all-on": CHAINS["all-on"],
+    "xtc-half": Params(seed=21, xtc_probability=0.5, xtc_threshold=0.05, min_keep=2),
+    "mirostat1": CHAINS["mirostat1"],
+    "mirostat2": CHAINS["mirostat2"],
+    "adaptive-p": CHAINS["adaptive-p"],
+    "adaptive-off": Params(seed=22, adaptive_target=-1.0, samplers=("top_k", "adaptive_p")),
+}
+
+
+def _generators(s: Sampler) -> list[tuple]:
+    assert s.steps is not None
+    out = []
+    for st in s.steps:
+        if hasattr(st, "rng"):
+            out.append(st.rng.getstate())
+        if hasattr(st, "mu"):
+            out.append(bits(np.float32(st.mu)).tolist())
+        if hasattr(st, "state"):
+            out.append(st.state)
+    return out
+
+
+@needs_kernels
+@pytest.mark.parametrize("name", list(DRAWING))
+def test_compiled_stages_and_generators_over_many_steps(name: str) -> None:
+    """Stage by stage, 150 steps: the compiled stages drawing from generators in C vs the numpy port drawing from
+    rng.py's Mt19937, with every generator's state (and mirostat's mu, adaptive-p's EMA) compared after every
+    step, through a clone at step 50 and a reset at step 100."""
+    p = DRAWING[name]
+    n = 3000
+    rng_ = np.random.default_rng(len(name))
+    fast, ref = Sampler(p), Sampler(p)
+    fast._build(n)
+    with numpy_path():
+        ref._build(n)
+    assert fast.steps is not None and ref.steps is not None
+    compiled = {st.name for st in fast.steps if isinstance(getattr(st.apply, "__self__", None), kernels.K.Stage)}
+    assert compiled == {"top-p", "min-p", "temp-ext", "dist", "xtc", "typical", "adaptive-p"} & {
+        st.name for st in fast.steps if name != "adaptive-off" or st.name != "adaptive-p"}, compiled
+    for step in range(150):
+        if step == 50:
+            fast, ref = fast.clone(), ref.clone()
+        if step == 100:
+            fast.reset()
+            ref.reset()
+        lg = make_logits(rng_, n, ("plain", "tied", "inf")[step % 3])
+        got = run(fast, lg)
+        with numpy_path():
+            want = run(ref, lg)
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            where = f"{name} step {step} after {fast.steps[i].name}"
+            assert g[0].tolist() == w[0].tolist() and np.array_equal(g[1], w[1]) and np.array_equal(g[2], w[2]), where
+            assert g[3:] == w[3:], where
+        assert _generators(fast) == _generators(ref), f"{name} step {step}: generator states"
+        tok = int(got[-1][0][got[-1][4]])
+        fast.accept(tok)
+        with numpy_path():
+            ref.accept(tok)
+        assert _generators(fast) == _generators(ref), f"{name} step {step}: after accept"
+
+
+@needs_kernels
+@pytest.mark.parametrize("name", list(DRAWING))
+def test_drawing_chains_match_llama_cpp_over_many_steps(name: str) -> None:
+    """Sampler.sample with the generators in C against llama.cpp's own chain (llama-cpp-python) on the same seed:
+    400 steps, the same token every step, through llama_sampler_clone and llama_sampler_reset."""
+    from tests.oracle.chain import CChain
+    from tests.oracle.llama import L
+
+    p = DRAWING[name]
+    n = 1000
+    rng_ = np.random.default_rng(100 + len(name))
+    ours, c = Sampler(p), CChain(p, n)
+    try:
+        for step in range(400):
+            if step == 150:
+                twin, ctwin = ours.clone(), L.llama_sampler_clone(c.chain)
+                L.llama_sampler_free(c.chain)
+                c.chain, ours = ctwin, twin
+            if step == 300:
+                ours.reset()
+                c.reset()
+            lg = make_logits(rng_, n, ("plain", "tied")[step % 2])
+            want = c.apply(lg).token
+            assert ours.sample(lg) == want, f"{name} step {step}"
+            ours.accept(want)
+            c.accept(want)
+    finally:
+        c.free()
+
+
+@needs_kernels
+def test_compiled_stage_edges() -> None:
+    """K.Stage on arrays not in record form (packed, or temp-ext's float path), on empty and one-element arrays
+    (dist's -1 and no draw, top-p's assertion, XTC's no draw), and on a wrong argument."""
+    lg = np.linspace(-2, 2, 50, dtype=np.float32)
+    for mk in (lambda: truncation.TopP(0.9, 1), lambda: truncation.MinP(0.05, 1), lambda: truncation.Typical(0.9, 1),
+               lambda: temperature.TempExt(0.8, 0.3, 1.0), lambda: dist.Dist(3),
+               lambda: truncation.XTC(1.0, 0.01, 1, 4)):
+        a, b = Candidates.from_logits(lg), Candidates.from_logits(lg)
+        st = mk()
+        st.apply(a)  # the compiled stage packs the three arrays first
+        with numpy_path():
+            ref = mk()
+            ref.apply(b)
+        assert snapshot(a)[0].tolist() == snapshot(b)[0].tolist(), st.name
+        assert all(np.array_equal(x, y) for x, y in zip(snapshot(a)[1:3], snapshot(b)[1:3], strict=True)), st.name
+        assert snapshot(a)[3:] == snapshot(b)[3:], st.name
+    t = temperature.TempExt(0.5, 0.0, 1.0)
+    c = Candidates.from_logits(lg)
+    t.apply(c)
+    assert c._rec is None and np.array_equal(c.logits, lg / np.float32(0.5))  # the float path, no packing
+    d = dist.Dist(9)
+    before = d.rng.getstate()
+    e = Candidates.from_records(np.empty(0, kernels.REC), 0, True)
+    d.apply(e)
+    assert e.selected == -1 and d.rng.getstate() == before
+    x = truncation.XTC(1.0, 0.01, 1, 9)
+    one = Candidates.from_records(np.zeros(1, kernels.REC), 1, True)
+    x.apply(one)
+    assert x.rng.getstate() == before and one.size == 1
+    with pytest.raises(RuntimeError, match="cur_p->size > 0"):
+        truncation.TopP(0.5, 1).apply(Candidates.from_records(np.empty(0, kernels.REC), 0, True))
+    with numpy_path(), pytest.raises(RuntimeError, match="cur_p->size > 0"):
+        truncation.TopP(0.5, 1).apply(Candidates.from_records(np.empty(0, kernels.REC), 0, True))
+    with pytest.raises(TypeError):
+        truncation.TopP(0.5, 1).apply(object())
+    with pytest.raises(ValueError):
+        kernels.K.Stage(99, 0, 0.0, 0.0, 0.0, None, None)
+    with pytest.raises(TypeError):
+        kernels.K.Stage(6, 0, 0.0, 0.0, 0.0, None, None)  # dist needs its generator
