@@ -207,7 +207,7 @@ def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
         for x, y in zip(*out, strict=True):
             assert np.array_equal(x, y), (vocab_name, g.ranges(p))
     rng = np.random.default_rng(0)
-    for density in (0.0, 0.0005, 0.01, 0.3, 1.0):
+    for density in (0.0, 0.0005, 0.01, 0.3, 0.99, 0.9995, 1.0):   # scattered, gathered, scattered onto ones
         acc = rng.random(t.n) < density
         with _helpers(True):
             a = M.pack_by_id(t, acc)

@@ -1053,6 +1053,13 @@ PyObject* all_in(PyObject*, PyObject* args) {
                 return o;
             }
         }
+        if (mode != 2) {   // branch-free: no code point from 128 on allowed (1) or any allowed (0)
+            for (Py_ssize_t i = 0; i < n; i++)
+                r[i] = (uint8_t)((((l[i] & nlo) | (h[i] & nhi)) == 0) & ((mode == 0) | (b[i] < 0)));
+            PyObject* o = out.p;
+            out.p = nullptr;
+            return o;
+        }
         for (Py_ssize_t i = 0; i < n; i++) {
             bool ok = (l[i] & nlo) == 0 && (h[i] & nhi) == 0;
             if (ok && mode != 0 && b[i] >= 0) {
@@ -1077,10 +1084,11 @@ PyObject* all_in(PyObject*, PyObject* args) {
 // mask._loop_parts at depth 0, in one pass: (clean, outside, pending, rest, clean_bits) of a loop on a class over a
 // table, from its all_in rows; clean_bits (packed over ids, np.packbits order) only where ids (every id once) are given
 PyObject* loop_parts(PyObject*, PyObject* args) {
-    PyObject *inside_o, *rem_o, *col0_o, *items_o, *ids_o = Py_None, *first_o = Py_None;
+    PyObject *inside_o, *rem_o, *col0_o, *items_o, *ids_o = Py_None, *first_o = Py_None, *inv_o = Py_None;
     Py_ssize_t k0;
     int positive;
-    if (!PyArg_ParseTuple(args, "OOnOpO|OO", &inside_o, &rem_o, &k0, &col0_o, &positive, &items_o, &ids_o, &first_o))
+    if (!PyArg_ParseTuple(args, "OOnOpO|OOO", &inside_o, &rem_o, &k0, &col0_o, &positive, &items_o, &ids_o, &first_o,
+                          &inv_o))
         return nullptr;
     try {
         Buf inside, rem, col0, ids;
@@ -1101,6 +1109,16 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
             }
             id = (const int32_t*)ids.ptr;
         }
+        Buf invb;
+        const int32_t* inv = nullptr;
+        if (id && inv_o != Py_None) {   // the row of each id (int32): dense sets are gathered in id order
+            invb.open(inv_o, 4);
+            if (invb.len != n) {
+                PyErr_SetString(PyExc_ValueError, "loop_parts: inv must cover the ids");
+                return nullptr;
+            }
+            inv = (const int32_t*)invb.ptr;
+        }
         Class c;
         c.positive = positive != 0;
         Py_ssize_t m = PyTuple_Size(items_o);
@@ -1118,8 +1136,6 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
         uint8_t* ou = (uint8_t*)PyByteArray_AS_STRING(outside.p);
         std::memset(cl, 0, (size_t)n);
         std::memset(ou, 1, (size_t)n);
-        std::vector<uint8_t> by;   // clean by id, as bytes
-        if (id) by.assign(((size_t)n + 7) & ~(size_t)7, 0);
         const uint8_t* in = (const uint8_t*)inside.ptr;
         const int8_t* rm = (const int8_t*)rem.ptr;
         const int32_t* c0 = (const int32_t*)col0.ptr;
@@ -1141,14 +1157,6 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
                 if (rm[r] == 0) {
                     cl[r] = 1;
                     ou[r] = 0;
-                    if (id) {
-                        int32_t i = id[r];
-                        if (i < 0 || i >= n) {
-                            PyErr_SetString(PyExc_ValueError, "loop_parts: id out of range");
-                            return nullptr;
-                        }
-                        by[(size_t)i] = 1;
-                    }
                 } else if (rm[r] > 0) {
                     pending.push_back(r);
                 }
@@ -1163,12 +1171,7 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
         if (id) {
             bits = Ref(PyByteArray_FromStringAndSize(nullptr, (n + 7) / 8));
             if (!bits.p) return nullptr;
-            uint8_t* bt = (uint8_t*)PyByteArray_AS_STRING(bits.p);
-            for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
-                const uint8_t* e = by.data() + 8 * j;
-                bt[j] = (uint8_t)(e[0] << 7 | e[1] << 6 | e[2] << 5 | e[3] << 4 | e[4] << 3 | e[5] << 2 | e[6] << 1 |
-                                  e[7]);
-            }
+            if (!walk_helpers::pack_by_rows(cl, id, inv, n, (uint8_t*)PyByteArray_AS_STRING(bits.p))) return nullptr;
         }
         return Py_BuildValue("(OOOOO)", clean.p, outside.p, p.p, q.p, bits.p ? bits.p : Py_None);
     } catch (PyFail&) {

@@ -4,8 +4,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include <cstdint>
+
 namespace walk_helpers {
 PyObject* closure_bytes(PyObject*, PyObject* args);
 PyObject* first_rows(PyObject*, PyObject* args);
 PyObject* pack_rows(PyObject*, PyObject* args);
+// packed bits over ids of a bool over rows (id: row -> id, inv: id -> row or null); false with a Python error set
+bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ssize_t n, uint8_t* bits);
 }  // namespace walk_helpers

@@ -202,8 +202,12 @@ PyObject* first_rows(PyObject*, PyObject* args) {
                     }
                     mark[(size_t)row] = mark_in ? 1 : 0;
                 }
-            Py_ssize_t w = 0;
-            for (Py_ssize_t i = 0; i < m && w < total; i++)
+            Py_ssize_t w = 0, i = 0;
+            for (; i < m && w + 1 < total; i++) {   // branch-free: write always, advance where marked
+                r[w] = i;
+                w += mark[(size_t)i];
+            }
+            for (; i < m && w < total; i++)
                 if (mark[(size_t)i]) r[w++] = i;
             if (w != total) {
                 PyErr_SetString(PyExc_ValueError, "first_rows: order0 is not a permutation of the rows");
@@ -216,9 +220,83 @@ PyObject* first_rows(PyObject*, PyObject* args) {
     }
 }
 
+// Packed bits over ids (np.packbits order, n bits) of `a`, a bool over the rows of a table holding every id once
+// (id[r]: the id of row r; inv[i]: the row of id i, or null). Few accepted rows are scattered; few rejected ones too,
+// onto all ones; otherwise gathered in id order through inv (reads, not random writes), or without inv scattered as
+// bytes. False (a Python error set) on an id or row out of range.
+bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ssize_t n, uint8_t* bits) {
+    const Py_ssize_t nb = (n + 7) / 8;
+    Py_ssize_t count = 0, r8 = 0;
+    for (; r8 + 8 <= n; r8 += 8) {
+        uint64_t word;
+        std::memcpy(&word, a + r8, 8);
+        count += (Py_ssize_t)(((word & 0x0101010101010101ULL) * 0x0101010101010101ULL) >> 56);
+    }
+    for (; r8 < n; r8++) count += a[r8] != 0;
+    const bool sparse = count * 64 <= n, full = (n - count) * 64 <= n;
+    if (sparse || full) {   // scatter the few rows on the other side, eight rows at a time where none is there
+        const uint64_t skip = sparse ? 0 : 0x0101010101010101ULL;
+        std::memset(bits, sparse ? 0 : 0xFF, (size_t)nb);
+        if (!sparse && n % 8) bits[nb - 1] = (uint8_t)(0xFF << (8 - n % 8));   // no bits past the n ids
+        for (Py_ssize_t r = 0; r < n;) {
+            if (r + 8 <= n) {
+                uint64_t word;
+                std::memcpy(&word, a + r, 8);
+                if (word == skip) {   // bool bytes: 0 or 1 each (any other byte is read one by one below)
+                    r += 8;
+                    continue;
+                }
+            }
+            if ((a[r] != 0) == sparse) {
+                uint32_t i = (uint32_t)id[r];
+                if (i >= (uint32_t)n) {
+                    PyErr_SetString(PyExc_ValueError, "pack: id out of range");
+                    return false;
+                }
+                if (sparse) bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
+                else bits[i >> 3] &= (uint8_t)~(0x80 >> (i & 7));
+            }
+            r++;
+        }
+        return true;
+    }
+    if (inv) {   // dense both ways: gathered in id order
+        for (Py_ssize_t j = 0; j < nb; j++) {
+            uint8_t b = 0;
+            for (Py_ssize_t i = 8 * j; i < 8 * j + 8; i++) {
+                bool on = false;
+                if (i < n) {
+                    uint32_t r = (uint32_t)inv[i];
+                    if (r >= (uint32_t)n) {
+                        PyErr_SetString(PyExc_ValueError, "pack: row out of range");
+                        return false;
+                    }
+                    on = a[r] != 0;
+                }
+                b = (uint8_t)(b << 1 | on);
+            }
+            bits[j] = b;
+        }
+        return true;
+    }
+    std::vector<uint8_t> by((size_t)nb * 8, 0);   // bytes in id order, then packed
+    for (Py_ssize_t r = 0; r < n; r++) {
+        uint32_t i = (uint32_t)id[r];
+        if (i >= (uint32_t)n) {
+            PyErr_SetString(PyExc_ValueError, "pack: id out of range");
+            return false;
+        }
+        by[i] = a[r] != 0;
+    }
+    for (Py_ssize_t j = 0; j < nb; j++) {
+        const uint8_t* q = by.data() + 8 * j;
+        bits[j] = (uint8_t)(q[0] << 7 | q[1] << 6 | q[2] << 5 | q[3] << 4 | q[4] << 3 | q[5] << 2 | q[6] << 1 | q[7]);
+    }
+    return true;
+}
+
 // pack_rows(acc: bool over rows, ids: int32 id of each row, inv: int32 row of each id) -> bytearray
-// mask.pack_by_id for a table holding every id once: packed bits over ids (most significant bit first), bit i set
-// where acc[inv[i]]; few accepted rows are scattered, many gathered in id order (reads instead of random writes).
+// mask.pack_by_id for a table holding every id once (see pack_by_rows).
 PyObject* pack_rows(PyObject*, PyObject* args) {
     PyObject *acc_o, *ids_o, *inv_o;
     if (!PyArg_ParseTuple(args, "OOO", &acc_o, &ids_o, &inv_o)) return nullptr;
@@ -230,58 +308,11 @@ PyObject* pack_rows(PyObject*, PyObject* args) {
             PyErr_SetString(PyExc_ValueError, "pack_rows: acc, ids and inv differ in length");
             return nullptr;
         }
-        const uint8_t* a = (const uint8_t*)va.v.buf;
-        const int32_t* id = (const int32_t*)vi.v.buf;
-        const int32_t* inv = (const int32_t*)vv.v.buf;
         Ref out(PyByteArray_FromStringAndSize(nullptr, (n + 7) / 8));
         if (!out.p) return nullptr;
-        uint8_t* bits = (uint8_t*)PyByteArray_AS_STRING(out.p);
-        Py_ssize_t count = 0, r8 = 0;
-        for (; r8 + 8 <= n; r8 += 8) {
-            uint64_t word;
-            std::memcpy(&word, a + r8, 8);
-            count += (Py_ssize_t)(((word & 0x0101010101010101ULL) * 0x0101010101010101ULL) >> 56);
-        }
-        for (; r8 < n; r8++) count += a[r8] != 0;
-        if (count * 64 > n) {   // dense: gathered in id order
-            for (Py_ssize_t j = 0; j < (n + 7) / 8; j++) {
-                uint8_t b = 0;
-                for (Py_ssize_t i = 8 * j; i < 8 * j + 8; i++) {
-                    bool on = false;
-                    if (i < n) {
-                        uint32_t r = (uint32_t)inv[i];
-                        if (r >= (uint32_t)n) {
-                            PyErr_SetString(PyExc_ValueError, "pack_rows: row out of range");
-                            return nullptr;
-                        }
-                        on = a[r] != 0;
-                    }
-                    b = (uint8_t)(b << 1 | on);
-                }
-                bits[j] = b;
-            }
-            return out.release();
-        }
-        std::memset(bits, 0, (size_t)((n + 7) / 8));
-        for (Py_ssize_t r = 0; r < n;) {
-            if (r + 8 <= n) {   // eight rows at a time where none is accepted (the usual case)
-                uint64_t word;
-                std::memcpy(&word, a + r, 8);
-                if (!word) {
-                    r += 8;
-                    continue;
-                }
-            }
-            if (a[r]) {
-                int32_t i = id[r];
-                if ((uint32_t)i >= (uint32_t)n) {
-                    PyErr_SetString(PyExc_ValueError, "pack_rows: id out of range");
-                    return nullptr;
-                }
-                bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
-            }
-            r++;
-        }
+        if (!pack_by_rows((const uint8_t*)va.v.buf, (const int32_t*)vi.v.buf, (const int32_t*)vv.v.buf, n,
+                          (uint8_t*)PyByteArray_AS_STRING(out.p)))
+            return nullptr;
         return out.release();
     } catch (std::bad_alloc&) {
         return PyErr_NoMemory();

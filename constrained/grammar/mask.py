@@ -104,9 +104,9 @@ def _all_in(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
         mode = 0 if na == [(128, _ANY_CP)] else 1 if not na else 2
         if _walk_ext is not None and COMPILED_HELPERS:
             k0 = int(t.longer[0]) if len(t.longer) else 0
-            first = _first_rows_cached(g, p, t)      # no other row with a code point can be wholly in the class
-            r = np.frombuffer(_walk_ext.all_in(lo, hi, na_min, na_max, mlo, mhi, mode, tuple(na),
-                                               first if len(first) * 4 < t.n else None, k0,
+            # no other row with a code point can be wholly in the class than those it starts (when they are few)
+            first = _first_rows_cached(g, p, t) if _first_count(g, p, t) * 4 < t.n else None
+            r = np.frombuffer(_walk_ext.all_in(lo, hi, na_min, na_max, mlo, mhi, mode, tuple(na), first, k0,
                                                *t.__dict__.get("_ascii_rows", (None, None))), dtype=bool)
         else:
             r = ((lo & np.uint64(~mlo & 0xFFFFFFFFFFFFFFFF)) == 0) & ((hi & np.uint64(~mhi & 0xFFFFFFFFFFFFFFFF)) == 0)
@@ -138,10 +138,10 @@ def _loop_parts(g: GrammarRules, p: int, t: TokenTable) -> tuple[np.ndarray, tup
         if _walk_ext is not None and COMPILED_HELPERS:
             positive, items, _ = g.classes[p]
             compact = t.compact()
-            first = _first_rows_cached(g, p, t)
+            first = _first_rows_cached(g, p, t) if _first_count(g, p, t) * 4 < t.n else None
             clean, outside, pending, rest, bits = _walk_ext.loop_parts(
                 _all_in(g, p, t), compact[0], k0, np.ascontiguousarray(t.col(0), dtype=np.int32), positive, items,
-                compact[1] if t.inv is not None else None, first if len(first) * 4 < t.n else None)
+                compact[1] if t.inv is not None else None, first, _inv32(t) if t.inv is not None else None)
             clean, outside = np.frombuffer(clean, dtype=bool), np.frombuffer(outside, dtype=bool)
             pending, rest = np.frombuffer(pending, dtype=np.int64), np.frombuffer(rest, dtype=np.int64)
             clean_bits = (outside, np.frombuffer(bits, dtype=np.uint8)) if bits is not None else None
@@ -188,6 +188,19 @@ def _chain_end_ok(g: GrammarRules, t: TokenTable, levels: tuple[tuple[int, ...],
                 o |= _partial_match(g, q, val, rem)
         ok[sel] = o
     return ok
+
+
+def _first_count(g: GrammarRules, p: int, t: TokenTable) -> int:
+    """``len(_first_rows(g, p, t))`` from binary searches alone (the rows are not gathered)."""
+    positive, items, _ = g.classes[p]
+    cp0 = t.cp0
+    spans = sorted((int(np.searchsorted(cp0, lo, "left")), int(np.searchsorted(cp0, hi, "right"))) for lo, hi in items)
+    n, at = 0, 0
+    for a, b in spans:
+        if b > at:
+            n += b - max(a, at)
+            at = b
+    return n if positive else len(cp0) - n
 
 
 def _first_rows(g: GrammarRules, p: int, t: TokenTable) -> np.ndarray:
@@ -802,10 +815,17 @@ def _zero_bits(n: int) -> np.ndarray:
 def pack_by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
     """``np.packbits(by_id(t, acc))``, in one pass where the extension is built (a table holding every id once)."""
     if _walk_ext is not None and COMPILED_HELPERS and t.inv is not None:
-        ids32, inv32 = t.__dict__.get("_kernel_ids32") or t.__dict__.setdefault(
-            "_kernel_ids32", (np.ascontiguousarray(t.ids, dtype=np.int32), np.ascontiguousarray(t.inv, dtype=np.int32)))
-        return np.frombuffer(_walk_ext.pack_rows(np.ascontiguousarray(acc, dtype=bool), ids32, inv32), dtype=np.uint8)
+        return np.frombuffer(_walk_ext.pack_rows(np.ascontiguousarray(acc, dtype=bool), t.compact()[1], _inv32(t)),
+                             dtype=np.uint8)
     return np.packbits(by_id(t, acc))
+
+
+def _inv32(t: TokenTable) -> np.ndarray:
+    """The row of each id of a table holding every id once, as int32 (built once per table)."""
+    inv = t.__dict__.get("_inv32")
+    if inv is None:
+        inv = t.__dict__["_inv32"] = np.ascontiguousarray(t.inv, dtype=np.int32)
+    return inv
 
 
 def pack_ids(ids: np.ndarray, n: int) -> np.ndarray:
