@@ -7,11 +7,19 @@ reference the kernels are tested against bit for bit (``tests/test_sampler_kerne
 The kernels work on a record array laid out as llama.cpp's ``llama_token_data`` (:data:`REC`: int32 id, float
 logit, float p), so libstdc++'s sorts order ties exactly as llama.cpp's do.
 
+Besides functions, the module has two types (``sampler/_kernels_objects.h``): ``K.Mt19937``, a ``std::mt19937`` whose
+state lives in C (:func:`sampler.rng.engine` gives one to every drawing sampler; same interface and outputs as
+:class:`sampler.rng.Mt19937`), and ``K.Stage``, one stage with its parameters parsed once, whose ``apply`` reads and
+writes a :class:`sampler.candidates.Candidates`' slots in C and draws from its generator in the same call (the
+compiled ``apply`` of top-p, min-p, typical, temp-ext, dist, XTC and adaptive-p instances).
+
 Example:
     >>> import numpy as np
     >>> REC.itemsize
     12
     >>> (K is None) == (IMPORT_ERROR is not None or PURE)
+    True
+    >>> K is None or K.Mt19937(5489).next_u32() == 3499211612
     True
 """
 
