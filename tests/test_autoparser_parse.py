@@ -8,8 +8,8 @@ every prefix of a reply as a stream's partial text, and gives the message llama.
 no update; where llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no
 update). The specialised parsers of common/parsers/*.cpp reproduced (``constrained.server.chat_parsers.reply_peg``:
 Qwen3-Coder's, DeepSeek V3.2 / V4's, Kimi K2 / K3's, MiniCPM5's, LFM2's, Ministral 3's, Cohere2 MoE's, Ling 3's,
-Functionary v3.2's, Muse Glimmer's, GPT-OSS's, Gemma 4's) are checked the same way; the template of the one not ported,
-MiniMax-M3 (its own mapper), is listed in :data:`KNOWN` (GigaChat 3's, not ported either, reads these replies as
+Functionary v3.2's, Muse Glimmer's, GPT-OSS's, Gemma 4's, MiniMax-M3's) are checked the same way; a template whose
+parser is not reproduced would be listed in :data:`KNOWN` (none now; GigaChat 3's, not ported, reads these replies as
 content alike).
 """
 
@@ -35,7 +35,7 @@ FINALS = ["Hello there", "<think>\nI think.\n</think>\n\nHello", "<think>x</thin
 STREAMED = "<think>\nI think.\n</think>\n\nHello"
 _WHY = "a specialised template: llama-server parses the reply with its own parser (common/parsers/{}.cpp), not ported"
 _FILES = {"deepseek_v3_2": "deepseek", "lfm2_5": "lfm2", "ministral_3": "ministral3"}
-KNOWN = set("""MiniMax-M3""".split())
+KNOWN: set[str] = set()
 KNOWN = {n for n in TEMPLATES if n[:-6] in KNOWN or n[:-6].removeprefix("deepseek-ai-") in KNOWN}
 
 

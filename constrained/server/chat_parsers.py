@@ -247,6 +247,18 @@ def reply_peg(spec: ReplySpec) -> _P | None:
         channel = _Seq(_Lit("<|channel|>"), _Choice(_Lit("commentary"), _Lit("analysis")))
         unsolicited = _Atomic(_Seq(_opt(channel), _Lit(" to="), body, end))
         return _Seq(_Rep(_Seq(start, _Choice(preamble, analysis)), 0, -1), start, _Choice(final, unsolicited))
+    if h == "minimax_m3":                                       # minimax-m3.cpp:64-99, content only
+        gp, think_start, think_end = spec.generation_prompt, "<mm:think>", "</mm:think>"
+        head = gp[:gp.find(think_start)] if think_start in gp else gp        # p.prefix(GEN_PROMPT, THINK_START)
+        r = _Eps()
+        if x:
+            if spec.enable_thinking:
+                block = _Seq(_Lit(think_start), _Space(), _Wrap(REASONING, _Until(think_end)), _Lit(think_end))
+            else:
+                block = _Seq(_Lit(think_start), _Until(think_end), _Lit(think_end))
+            # a turn without reasoning starts with a bare </mm:think> (the generation prompt's or the model's)
+            r = _opt(_Choice(block, _Lit(think_end)))
+        return _Seq(_Lit(head) if head else _Eps(), r, rest, _End())
     if h == "gemma4":                                           # gemma4.cpp:201-291, content only
         if x:
             thought = _Seq(_Lit("<|channel>thought"), _Space(), _Wrap(REASONING, _Until("<channel|>")),
@@ -261,8 +273,9 @@ def reply_peg(spec: ReplySpec) -> _P | None:
     return None
 
 
-def _gemma4_message(nodes: list[Any]) -> ChatMessage:
-    # common_chat_peg_gemma4_mapper (chat-peg-parser.cpp:956-1094): reasoning and content texts, kept as they are
+def _raw_message(nodes: list[Any]) -> ChatMessage:
+    # common_chat_peg_gemma4_mapper (chat-peg-parser.cpp:956-1094) and common_chat_peg_minimax_m3_mapper
+    # (chat-peg-parser.cpp:1204-1230) without tools: the reasoning and content texts, kept as they are
     m = ChatMessage()
 
     def visit(n: Any) -> None:
@@ -288,7 +301,8 @@ class AutoChatParser(ContentParser):
         peg = reply_peg(spec)
         self.peg: _P = peg if peg is not None else _Wrap(CONTENT, _Until())
         self.input_prefix = generation_prompt if peg is not None else ""
-        self.gemma4 = peg is not None and spec.handler == "gemma4"
+        # gemma4 / minimax_m3: their mappers keep the reasoning and content texts as they are
+        self.raw_texts = peg is not None and spec.handler in ("gemma4", "minimax_m3")
         self.msg = ChatMessage()
         self.parse_error: str | None = None
 
@@ -300,8 +314,8 @@ class AutoChatParser(ContentParser):
                 return self._json(), []
             self.parse_error = PEG_FAIL
             new = ChatMessage(self.text)
-        elif self.gemma4:
-            new = _gemma4_message(r.nodes)
+        elif self.raw_texts:
+            new = _raw_message(r.nodes)
         else:
             m = _Mapper()
             for n in r.nodes:

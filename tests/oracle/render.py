@@ -1,6 +1,7 @@
 """llama.cpp's chat-template rendering through a C++ shim (``render_shim.cpp``, built by
 :func:`tests.oracle.cxx.build_shim`): one template rendered by llama.cpp's jinja engine with exactly the given inputs
-(:func:`render`), and the prompt llama-server builds for a chat request with tools (:func:`chat_apply`)."""
+(:func:`render`), the prompt llama-server builds for a chat request with tools (:func:`chat_apply`), and its
+reply parser's messages (:func:`chat_parse_body`)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ def _lib() -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_char_p] * 4
         fn.restype = ctypes.c_void_p
+    lib.chat_parse_body_shim.argtypes = [ctypes.c_char_p] * 3
+    lib.chat_parse_body_shim.restype = ctypes.c_void_p
     lib.render_free.argtypes = [ctypes.c_void_p]
     return lib
 
@@ -43,3 +46,19 @@ def chat_apply(template: str, body: dict[str, Any], bos: str = "", eos: str = ""
     """The prompt llama-server's chat route builds for ``body`` (``messages``, ``tools``, ``tool_choice``,
     ``parallel_tool_calls``) with its defaults: ``{"prompt"}`` or ``{"error"}``."""
     return _call("chat_apply_shim", template, bos, eos, body)
+
+
+def chat_parse_body(template: str, body: dict[str, Any], texts: list[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """``common_chat_parse`` of each ``(text, is_partial)`` with the parser llama-server builds for ``body`` (also
+    ``chat_template_kwargs.enable_thinking``, ``reasoning_format``): ``{"ok": True, "msg"}`` or ``{"ok": False,
+    "error"}`` each (a setup error is raised as RuntimeError)."""
+    lib = _lib()
+    p = lib.chat_parse_body_shim(template.encode(), json.dumps(body).encode(),
+                                 json.dumps([[t, bool(b)] for t, b in texts]).encode())
+    try:
+        out = json.loads(ctypes.string_at(p).decode("utf-8"))
+    finally:
+        lib.render_free(p)
+    if isinstance(out, dict):
+        raise RuntimeError(out["error"])
+    return out

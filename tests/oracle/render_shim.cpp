@@ -12,7 +12,12 @@
 // body_json is {"messages", "tools", "tool_choice" (optional), "parallel_tool_calls" (optional)}; the inputs go to
 // common_chat_templates_apply as llama-server gives them.
 //
-// Both answer a malloc'ed JSON {"prompt"} or {"error"}, freed with render_free.
+// chat_parse_body_shim(template, body_json, texts_json) builds the same chat params for a request (also
+// "chat_template_kwargs": {"enable_thinking": bool} and "reasoning_format") and parses each [text, is_partial] of
+// texts_json as common_chat_parse does for the server (generation_prompt + text, lenient): an array of
+// {"ok": true, "msg": <to_json_oaicompat>} or {"ok": false, "error"} (a setup error: one {"error"} object).
+//
+// All answer a malloc'ed JSON ({"prompt"} or {"error"} for the first two), freed with render_free.
 
 #include "chat-auto-parser.h"
 #include "chat.h"
@@ -56,29 +61,72 @@ extern "C" char * render_shim(const char * src, const char * bos, const char * e
     return dup_string(out.dump());
 }
 
+// the inputs oaicompat_chat_params_parse makes of body (server-common.cpp:1312-1372), llama-server's defaults
+static common_chat_templates_inputs server_inputs(const common_chat_templates * tmpls, const common_json & body) {
+    auto caps = common_chat_templates_get_caps(tmpls);
+    common_chat_templates_inputs in;
+    in.messages              = common_chat_msgs_parse_oaicompat(body.at("messages"));
+    in.tools                 = common_chat_tools_parse_oaicompat(body.value("tools", common_json::array()));
+    in.tool_choice           = common_chat_tool_choice_parse_oaicompat(body.value("tool_choice", std::string("auto")));
+    in.parallel_tool_calls   = body.value("parallel_tool_calls", caps["supports_parallel_tool_calls"]);
+    in.use_jinja             = true;
+    in.add_generation_prompt = true;
+    in.reasoning_format      = common_reasoning_format_from_name(body.value("reasoning_format", std::string("deepseek")));
+    in.enable_thinking       = common_chat_templates_support_enable_thinking(tmpls);
+    in.chat_template_kwargs["preserve_reasoning"] = "true";
+    if (!in.messages.empty() && in.messages.back().role == "assistant") {
+        in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
+        in.add_generation_prompt  = false;
+    }
+    auto kwargs = body.value("chat_template_kwargs", common_json::object());
+    if (kwargs.contains("enable_thinking")) {
+        in.enable_thinking = kwargs.at("enable_thinking").get<bool>();
+        in.chat_template_kwargs["enable_thinking"] = kwargs.at("enable_thinking").dump();
+    }
+    return in;
+}
+
 extern "C" char * chat_apply_shim(const char * src, const char * bos, const char * eos, const char * body_json) {
     common_json out;
     try {
         auto body  = common_json::parse(body_json);
         auto tmpls = common_chat_templates_init(nullptr, src, bos, eos);
-        auto caps  = common_chat_templates_get_caps(tmpls.get());
-        common_chat_templates_inputs in;
-        in.messages            = common_chat_msgs_parse_oaicompat(body.at("messages"));
-        in.tools               = common_chat_tools_parse_oaicompat(body.value("tools", common_json::array()));
-        in.tool_choice         = common_chat_tool_choice_parse_oaicompat(body.value("tool_choice", std::string("auto")));
-        in.parallel_tool_calls = body.value("parallel_tool_calls", caps["supports_parallel_tool_calls"]);
-        in.use_jinja           = true;
-        in.add_generation_prompt = true;
-        in.reasoning_format    = COMMON_REASONING_FORMAT_DEEPSEEK;
-        in.enable_thinking     = common_chat_templates_support_enable_thinking(tmpls.get());
-        in.chat_template_kwargs["preserve_reasoning"] = "true";
-        if (!in.messages.empty() && in.messages.back().role == "assistant") {
-            in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
-            in.add_generation_prompt  = false;
-        }
-        out["prompt"] = common_chat_templates_apply(tmpls.get(), in).prompt;
+        out["prompt"] = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body)).prompt;
     } catch (const std::exception & e) {
         out["error"] = e.what();
+    }
+    return dup_string(out.dump());
+}
+
+extern "C" char * chat_parse_body_shim(const char * src, const char * body_json, const char * texts_json) {
+    common_chat_parser_params pp;
+    try {
+        auto body   = common_json::parse(body_json);
+        auto tmpls  = common_chat_templates_init(nullptr, src);
+        auto in     = server_inputs(tmpls.get(), body);
+        auto params = common_chat_templates_apply(tmpls.get(), in);
+        pp = common_chat_parser_params(params);
+        pp.reasoning_format = in.reasoning_format;
+        if (!params.parser.empty()) {
+            pp.parser.load(params.parser);
+        }
+    } catch (const std::exception & e) {
+        common_json err;
+        err["error"] = e.what();
+        return dup_string(err.dump());
+    }
+    common_json out = common_json::array();
+    for (const auto & pair : common_json::parse(texts_json)) {
+        common_json r;
+        try {
+            auto msg = common_chat_parse(pair.at(0).get<std::string>(), pair.at(1).get<bool>(), pp);
+            r["ok"]  = true;
+            r["msg"] = msg.to_json_oaicompat();
+        } catch (const std::exception & e) {
+            r["ok"]    = false;
+            r["error"] = e.what();
+        }
+        out.push_back(r);
     }
     return dup_string(out.dump());
 }

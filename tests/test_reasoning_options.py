@@ -1,0 +1,62 @@
+"""The chat reply parsers under the request options that change them, against llama.cpp's ``common_chat_parse``.
+
+For all 70 templates of the sdist's models/templates/, each request shape (one user message; a prefill with reasoning
+only, continued inside the reasoning) with each option (llama-server's defaults, ``enable_thinking`` off through
+``chat_template_kwargs``, ``reasoning_format: "none"``) builds the reply parser ``chat_params`` builds
+(:func:`constrained.server.chat_api.parser_for`), and the C++ shim (``tests/oracle/render_shim.cpp``:
+``oaicompat_chat_params_parse``'s inputs, ``common_chat_templates_apply``, ``common_chat_parse`` on the generation
+prompt + the text) reads the same replies: the finals and streamed prefixes of ``tests/test_autoparser_parse.py``
+plus a streamed MiniMax-M3 reasoning block. The message is identical (an empty partial message is no update; where
+llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no update).
+
+A prefill with content is not here: llama-server's message then is not ``common_chat_parse`` of the generation prompt
++ the text (``tests/test_reasoning_server.py`` compares it with the real binary).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from constrained.chat import ChatTemplates
+from constrained.server.chat_api import chat_params, parser_for
+from constrained.server.chat_parsers import ContentParser
+from tests.oracle.render import chat_parse_body
+from tests.oracle.sdist import llama_cpp_source
+from tests.test_autoparser_parse import FINALS, STREAMED
+
+TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
+_USER = {"role": "user", "content": "Hi"}
+SHAPES = {"user": [_USER],
+          "prefill-reasoning": [_USER, {"role": "assistant", "content": "", "reasoning_content": "Let me"}]}
+OPTIONS = {"defaults": {}, "thinking-off": {"chat_template_kwargs": {"enable_thinking": False}},
+           "reasoning-format-none": {"reasoning_format": "none"}}
+_MM_STREAM = "<mm:think>\nI think.\n</mm:think>\n\nHello"
+TEXTS = ([(x, False) for x in FINALS] + [(STREAMED[:i], True) for i in range(1, len(STREAMED))]
+         + [(_MM_STREAM[:i], True) for i in range(1, len(_MM_STREAM))])
+
+
+@pytest.mark.parametrize("name", TEMPLATES, ids=[n[:-6] for n in TEMPLATES])
+def test_reply_parse_with_options_as_llama_cpp(name: str) -> None:
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    t = ChatTemplates(src)
+    mismatches = []
+    for shape, msgs in SHAPES.items():
+        for option, extra in OPTIONS.items():
+            body = {"messages": msgs, **extra}
+            want = chat_parse_body(src, body, TEXTS)
+            factory = parser_for(chat_params(dict(body), t, jinja=True)) or ContentParser
+            for (text, partial), w in zip(TEXTS, want, strict=True):
+                got, diffs = factory().update(text, partial)
+                if partial and not w["ok"] and not diffs:
+                    continue                       # llama-server: an error event; ours: no update yet
+                wm = w.get("msg")
+                if partial and wm is not None and not wm.get("content") and not wm.get("reasoning_content"):
+                    continue                       # an empty partial message is no update
+                if w["ok"] and wm == got:
+                    continue
+                if not w["ok"] and got.get("parse_error") == w["error"] and got["content"] == text:
+                    continue
+                mismatches.append((shape, option, text, partial, w, got))
+    assert not mismatches, mismatches[:3]
