@@ -343,6 +343,10 @@ static PyObject *stage_apply(PyObject *self, PyObject *cand) {
             break;
         default: break;
     }
+    // read the slot again now that no Python code can run before the buffer holds its own reference (the truth
+    // test above could have run some)
+    rec = slot(cand, off_rec);
+    if (!rec || rec == Py_None) return PyErr_Format(PyExc_RuntimeError, "Candidates lost its records");
     Buf b;
     if (!get_records(rec, b, n)) return nullptr;
     Cur c{static_cast<TokenData *>(b.v.buf), n, sorted == 1};
