@@ -8,9 +8,8 @@ every prefix of a reply as a stream's partial text, and gives the message llama.
 no update; where llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no
 update). The specialised parsers of common/parsers/*.cpp reproduced (``constrained.server.chat_parsers.reply_peg``:
 Qwen3-Coder's, DeepSeek V3.2 / V4's, Kimi K2 / K3's, MiniCPM5's, LFM2's, Ministral 3's, Cohere2 MoE's, Ling 3's,
-Functionary v3.2's, Muse Glimmer's, GPT-OSS's, Gemma 4's, MiniMax-M3's) are checked the same way; a template whose
-parser is not reproduced would be listed in :data:`KNOWN` (none now; GigaChat 3's, not ported, reads these replies as
-content alike).
+Functionary v3.2's, Muse Glimmer's, GPT-OSS's, Gemma 4's, MiniMax-M3's, GigaChat 3's) are checked the same way; a
+template whose parser is not reproduced would be listed in :data:`KNOWN` (none now).
 """
 
 from __future__ import annotations

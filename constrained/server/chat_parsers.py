@@ -247,6 +247,8 @@ def reply_peg(spec: ReplySpec) -> _P | None:
         channel = _Seq(_Lit("<|channel|>"), _Choice(_Lit("commentary"), _Lit("analysis")))
         unsolicited = _Atomic(_Seq(_opt(channel), _Lit(" to="), body, end))
         return _Seq(_Rep(_Seq(start, _Choice(preamble, analysis)), 0, -1), start, _Choice(final, unsolicited))
+    if h == "gigachat_v3":                                      # gigachat-v3.cpp:27-56, content only
+        return _Seq(_Lit("assistant<|role_sep|>\n"), rest)
     if h == "minimax_m3":                                       # minimax-m3.cpp:64-99, content only
         gp, think_start, think_end = spec.generation_prompt, "<mm:think>", "</mm:think>"
         head = gp[:gp.find(think_start)] if think_start in gp else gp        # p.prefix(GEN_PROMPT, THINK_START)
