@@ -2,15 +2,16 @@
 
 llama.cpp's engine (after huggingface.js's jinja) differs from jinja2's defaults; :func:`environment` gives a jinja2
 sandbox configured and extended to match it: ``trim_blocks`` / ``lstrip_blocks`` on and the final newline dropped,
-``{% generation %}`` blocks rendered as their content, an undefined value concatenating as the empty string, the two
-mutating list methods ``append`` / ``pop``, and the globals and filters where llama.cpp's differ: ``raise_exception``
-(message prefixed ``Jinja Exception:``), ``strftime_now`` (local time, C ``strftime``), ``tojson`` (``", "`` /
-``": "`` separators, raw UTF-8 unless ``ensure_ascii``), ``default`` replacing ``none`` too, ``safe`` a no-op (jinja2's gives ``Markup``, which escapes
-what is added to it), ``map`` / ``select`` / ``reject`` / ``selectattr`` / ``rejectattr`` giving lists (jinja2's give
-generators, which ``tojson`` cannot write). Output and ``+`` / ``~`` follow runtime.cpp: ``{{ x }}`` writes strings,
-numbers and booleans (floats as ``std::to_string`` without trailing zeros), the items of a list, and nothing for
-``none``, an undefined value or a mapping; a string plus anything is the string plus the value's ``as_string``
-(Python-like reprs of lists and mappings), ``none`` or an undefined value beside a string is the empty string.
+``{% generation %}`` blocks rendered as their content, the two mutating list methods ``append`` / ``pop``, and the
+globals and filters where llama.cpp's differ: ``raise_exception`` (message prefixed ``Jinja Exception:``),
+``strftime_now`` (local time, C ``strftime``), ``tojson`` (``", "`` / ``": "`` separators, raw UTF-8 unless
+``ensure_ascii``), ``default`` replacing ``none`` too, ``safe`` a no-op (jinja2's gives ``Markup``, which escapes
+what is added to it), ``map`` / ``select`` / ``reject`` / ``selectattr`` / ``rejectattr`` giving lists (jinja2's
+give generators, which ``tojson`` cannot write). Output and ``+`` / ``~`` follow runtime.cpp: ``{{ x }}`` writes
+strings, numbers and booleans (floats as ``std::to_string`` without trailing zeros), the items of a list, and
+nothing for ``none``, an undefined value or a mapping; a string plus anything is the string plus the value's
+``as_string`` (Python-like reprs of lists and mappings); ``none`` or an undefined value beside a string is the empty
+string.
 
 Example:
     >>> environment().from_string("{{ x | tojson }}").render(x={"a": [1, "é"]})

@@ -18,7 +18,7 @@ from ..flags import FlagError, ServerArgs, parse_server_args
 from .app import ServerConfig, ServerState, build_app
 from .engine import EngineConfig
 
-__all__ = ["config_from_args", "main", "serve"]
+__all__ = ["config_from_args", "freeze_loaded_heap", "main", "serve"]
 
 
 def config_from_args(a: ServerArgs) -> ServerConfig:
@@ -55,6 +55,17 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
                         verbose=a.verbose, reasoning_format=a.reasoning_format)
 
 
+def freeze_loaded_heap() -> None:
+    """Collect once, then move every object alive after loading (model wrappers, vocabulary tables, compiled
+    grammars and templates, the app) to the collector's permanent generation (``gc.freeze``): a generation-2
+    collection no longer walks them, so it stops costing 20-110 ms wherever it lands in a request. Objects made
+    later are collected as before."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def serve(argv: Sequence[str]) -> int:
     """Parse ``argv``, load the model, serve until interrupted. Returns the exit code."""
     argv = list(argv)
@@ -84,6 +95,7 @@ def serve(argv: Sequence[str]) -> int:
         print(f"constrained serve: {e}", file=sys.stderr)
         return 3
     app = build_app(state)
+    freeze_loaded_heap()
     hosts = [h for h in a.host.split(",") if h]
     progress(f"listening on http://{hosts[0]}:{a.port}")
     if len(hosts) == 1:
