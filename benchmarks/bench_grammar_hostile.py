@@ -5,10 +5,16 @@ ambiguous ``s ::= " " s "b" | " " s "c" | "d"``.
 
 Each workload runs in its own process (so its peak RSS is its own, vocabulary included) on a freshly compiled
 grammar: a document is teacher-forced token by token; at each step we time (thread CPU time, interleaved) our first
-mask of the state (*first pass*: whatever per-position walks it needs are computed then), our mask again without the
-per-state cache (*fresh state*: the per-position caches warm), llama.cpp's mask, and, where xgrammar is installed
-(``.venv-vllm``), xgrammar's ``fill_next_token_bitmask`` (its compile time apart: it precomputes there); our masks are
-compared with llama.cpp's for equality. No ``precompute()``. Peak RSS is the worker's, llama.cpp's grammar included.
+mask of the state (*first pass*, ``GrammarMatcher.mask()``: a bool array over the vocabulary; whatever per-position
+walks it needs are computed then), our mask again without the per-state cache (*fresh state*: the per-position caches
+warm) in two forms: the bool mask (``mask_for(..., state_cache=False)``, a new 262,144-byte array) and the packed row
+(*fresh fill*, ``fill_bits_for(..., state_cache=False)`` into a preallocated 32 KB row, the int32 bitmask format:
+the form xgrammar's column is measured in), then llama.cpp's mask, and, where xgrammar is installed (``.venv-vllm``),
+xgrammar's ``fill_next_token_bitmask`` (its compile time apart: it precomputes there). The two fresh forms alternate
+which goes first from step to step (the first of them meets the caches as llama.cpp's walk of the previous step left
+them). Our masks (and rows) are compared with llama.cpp's for equality. No ``precompute()``; *compile* is
+``compile_grammar`` (its compile step prepares the table parts of the grammar's wide character classes, ~0.6 ms each,
+shared by the vocabulary's later grammars). Peak RSS is the worker's, llama.cpp's grammar included.
 The set-up's objects are frozen out of Python's cyclic collector (``gc.freeze()``) before the steps, as a server
 does after loading: a generation-2 collection over that heap costs 20-110 ms wherever it lands.
 
@@ -108,20 +114,28 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
         xm = xgr.GrammarMatcher(xg)
         bitmask = xgr.allocate_token_bitmask(1, len(vocab))
     m = cg.matcher()
+    row = np.zeros((len(vocab) + 7) // 8, dtype=np.uint8)     # our packed row, allocated once as xgrammar's bitmask
     by_piece = {p: i for i, p in enumerate(vocab.pieces) if p and not vocab.eog_ids.__contains__(i)}
     longest = max(map(len, by_piece))
-    first, fresh, llama, xfill = [], [], [], []
+    first, fresh, ffill, llama, xfill = [], [], [], [], []
     at, equal = 0, True
     # the set-up's objects (vocabulary, llama.cpp's and xgrammar's grammars, the piece table) out of the cyclic
     # collector's way, as a server does once its model is loaded: otherwise a generation-2 collection over this
     # heap (20-110 ms measured) lands in whichever step happens to allocate then
     gc.collect()
     gc.freeze()
-    for _ in range(steps):
+    for step in range(steps):
         t0 = clock()
         mask = m.mask()
         t1 = clock()
-        cg.mask_for(m.stacks, m.partial_utf8, state_cache=False)
+        for which in (0, 1) if step % 2 else (1, 0):
+            ta = clock()
+            if which:
+                cg.fill_bits_for(m.stacks, m.partial_utf8, row, state_cache=False)
+                ffill.append(clock() - ta)
+            else:
+                cg.mask_for(m.stacks, m.partial_utf8, state_cache=False)
+                fresh.append(clock() - ta)
         t2 = clock()
         cm = c.mask()
         t3 = clock()
@@ -129,8 +143,8 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
             xm.fill_next_token_bitmask(bitmask)
             xfill.append(clock() - t3)
         equal &= bool(np.array_equal(mask, cm))
+        equal &= bool(np.array_equal(np.unpackbits(row, count=len(mask), bitorder="little").view(bool), cm))
         first.append(t1 - t0)
-        fresh.append(t2 - t1)
         llama.append(t3 - t2)
         if at >= len(doc):
             break
@@ -145,7 +159,8 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
         at += len(vocab.pieces[tok])
     c.free()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    q.put({"name": name, "steps": len(first), "equal": equal, "first": first, "fresh": fresh, "llama": llama,
+    q.put({"name": name, "steps": len(first), "equal": equal, "first": first, "fresh": fresh, "ffill": ffill,
+           "llama": llama,
            "compile": t_compile, "compile_c": t_compile_c, "rss_mb": peak / 1024, "base_mb": base_rss / 1024,
            "xfill": xfill, "xhow": peer[2] if peer else None, "compile_x": peer[3] if peer else None})
 
@@ -166,7 +181,8 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     print(f"vocabulary {args.vocab}; load average {os.getloadavg()[0]:.2f} at start")
     print(f"{'workload':10} {'steps':>5} {'eq':>3} | {'first-pass ms med / p99 / max':>30} | "
-          f"{'fresh-state ms med / p99 / max':>30} | {'llama.cpp ms med / p99 / max':>29} | {'ratio':>6} | "
+          f"{'fresh-state ms med / p99 / max':>30} | {'fresh fill ms med / max':>23} | "
+          f"{'llama.cpp ms med / p99 / max':>29} | {'ratio':>6} | "
           f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6} | {'xgrammar fill ms med / p99 / max':>32}"
           f" {'compile':>8}")
     bad = 0
@@ -176,7 +192,7 @@ def main() -> int:
         p.start()
         r = q.get()
         p.join()
-        f, s, ll = _stats(r["first"]), _stats(r["fresh"]), _stats(r["llama"])
+        f, s, ff, ll = _stats(r["first"]), _stats(r["fresh"]), _stats(r["ffill"]), _stats(r["llama"])
         bad += not r["equal"]
         xg = "not installed"
         if r["xhow"] is not None and r["xfill"]:
@@ -185,10 +201,12 @@ def main() -> int:
                   f"{len(r['xfill'])} steps)")
         print(f"{name:10} {r['steps']:5d} {'yes' if r['equal'] else 'NO':>3} | "
               f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} | {s[0]:8.3f} / {s[1]:8.3f} / {s[2]:8.2f} | "
+              f"{ff[0]:11.4f} / {ff[2]:9.3f} | "
               f"{ll[0]:8.2f} / {ll[1]:7.1f} / {ll[2]:7.1f} | {sum(r['llama']) / sum(r['first']):5.1f}x | "
               f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f} | {xg}",
               flush=True)
-    print(f"thread CPU time; ratio = llama.cpp's total mask time / our total first-pass mask time; load average "
+    print(f"thread CPU time; fresh state = bool mask, fresh fill = packed row (both without the state cache); "
+          f"ratio = llama.cpp's total mask time / our total first-pass mask time; load average "
           f"{os.getloadavg()[0]:.2f} at the end")
     return 1 if bad else 0
 

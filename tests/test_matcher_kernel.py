@@ -292,3 +292,37 @@ def test_masks_equal_llama_cpp_on_loop_and_bounded_grammars(vocab_name: str) -> 
         text = EXTRA[name]
         total += parity_walk(vm, vocab, text, parse_gbnf(text, vocab=vocab), np.random.default_rng(50 + k), steps)
     assert total >= 5 * 4
+
+
+@pytest.mark.parametrize("vocab_name", ["gemma-4", "llama-spm"])
+def test_fill_bits_equal_the_mask(vocab_name: str) -> None:
+    """``CompiledGrammar.fill_bits_for`` (the packed row built from the packed unions, without a bool mask) equals
+    ``np.packbits(mask_for(...), bitorder="little")`` in every state of random walks, with and without the state
+    cache, with the compiled and the numpy bit setting; bytes past the row are left alone."""
+    vm, vocab = oracle_vocab(vocab_name)
+    rng = np.random.default_rng(3)
+    checked = 0
+    for name, text in _grammars(vocab_name).items():
+        cg = compile_grammar(Grammar.from_gbnf(text), vocab)
+        nb = (cg.n_vocab + 7) // 8
+        m = cg.matcher()
+        for _ in range(12):
+            try:
+                ref = np.packbits(cg.mask_for(m.stacks, m.partial_utf8, state_cache=False), bitorder="little")
+                for on in (True, False):
+                    with _helpers(on):
+                        for cache in (False, True):
+                            out = np.full(nb + 3, 0xA5, dtype=np.uint8)
+                            cg.fill_bits_for(m.stacks, m.partial_utf8, out, state_cache=cache)
+                            assert np.array_equal(out[:nb], ref), (name, on, cache)
+                            assert (out[nb:] == 0xA5).all()
+                checked += 1
+                mask = m.mask()
+                tok = pick_token(rng, mask, cg.vocab) if mask.any() else None
+                if tok is None or not m.accept_token(tok):
+                    break
+            except GrammarLimitError:
+                break
+    assert checked > 50
+    with pytest.raises(TypeError):
+        cg.fill_bits_for(cg.initial_stacks, (0, 0), np.zeros(4, dtype=np.uint8))

@@ -1187,6 +1187,9 @@ PyMethodDef module_methods[] = {
      "The byte stream of GrammarRules._closure_digest (None past the element bound)."},
     {"pack_rows", (PyCFunction)walk_helpers::pack_rows, METH_VARARGS,
      "Packed bits over ids of a bool over the rows of a table holding every id once (mask.pack_by_id)."},
+    {"by_rows", (PyCFunction)walk_helpers::by_rows, METH_VARARGS, "mask[ids]: a mask over ids read over rows."},
+    {"set_rows", (PyCFunction)walk_helpers::set_rows, METH_VARARGS, "mask[ids[acc]] = True, in place."},
+    {"set_bits", (PyCFunction)walk_helpers::set_bits, METH_VARARGS, "Ids set in a packed row (LSB first), in place."},
     {"first_rows", (PyCFunction)walk_helpers::first_rows, METH_VARARGS,
      "The rows whose first code point a class matches, ascending (mask._first_rows)."},
     {nullptr, nullptr, 0, nullptr}};

@@ -10,6 +10,9 @@ namespace walk_helpers {
 PyObject* closure_bytes(PyObject*, PyObject* args);
 PyObject* first_rows(PyObject*, PyObject* args);
 PyObject* pack_rows(PyObject*, PyObject* args);
+PyObject* by_rows(PyObject*, PyObject* args);
+PyObject* set_rows(PyObject*, PyObject* args);
+PyObject* set_bits(PyObject*, PyObject* args);
 // packed bits over ids of a bool over rows (id: row -> id, inv: id -> row or null); false with a Python error set
 bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ssize_t n, uint8_t* bits);
 }  // namespace walk_helpers

@@ -2,7 +2,8 @@
 // function that stays the reference (the tests compare both bit for bit):
 //   closure_bytes  GrammarRules._closure_digest's byte stream (stacks.py), hashed by the caller with blake2b
 //   first_rows     mask._first_rows: the rows whose first code point a class matches, ascending
-//   or_bits        the union of packed bit arrays plus scattered ids, into a caller's buffer (a state's mask)
+//   pack_rows      mask.pack_by_id: packed bits over ids of a bool over a table's rows
+//   by_rows, set_rows, set_bits: a mask over ids read over rows, rows set into it, ids set in a packed row
 #include "_walk.h"
 
 #include <algorithm>
@@ -317,6 +318,95 @@ PyObject* pack_rows(PyObject*, PyObject* args) {
     } catch (std::bad_alloc&) {
         return PyErr_NoMemory();
     }
+}
+
+// by_rows(mask: bool over ids, ids: int32 id of each row) -> bytearray: mask[ids], the mask over a table's rows
+PyObject* by_rows(PyObject*, PyObject* args) {
+    PyObject *m_o, *ids_o;
+    if (!PyArg_ParseTuple(args, "OO", &m_o, &ids_o)) return nullptr;
+    try {
+        View vm, vi;
+        if (!vm.open(m_o, 1) || !vi.open(ids_o, 4)) return nullptr;
+        const Py_ssize_t n = vi.items(4), nm = vm.items(1);
+        const uint8_t* m = (const uint8_t*)vm.v.buf;
+        const int32_t* id = (const int32_t*)vi.v.buf;
+        Ref out(PyByteArray_FromStringAndSize(nullptr, n));
+        if (!out.p) return nullptr;
+        uint8_t* r = (uint8_t*)PyByteArray_AS_STRING(out.p);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t t = (uint32_t)id[i];
+            if (t >= (uint32_t)nm) {
+                PyErr_SetString(PyExc_ValueError, "by_rows: id out of range");
+                return nullptr;
+            }
+            r[i] = m[t] != 0;
+        }
+        return out.release();
+    } catch (std::bad_alloc&) {
+        return PyErr_NoMemory();
+    }
+}
+
+// set_rows(mask: writable bool over ids, acc: bool over rows, ids: int32 id of each row) -> None:
+// mask[ids[acc]] = True
+PyObject* set_rows(PyObject*, PyObject* args) {
+    PyObject *m_o, *a_o, *ids_o;
+    if (!PyArg_ParseTuple(args, "OOO", &m_o, &a_o, &ids_o)) return nullptr;
+    View vm, va, vi;
+    if (!vm.open(m_o, 1, true) || !va.open(a_o, 1) || !vi.open(ids_o, 4)) return nullptr;
+    const Py_ssize_t n = vi.items(4), nm = vm.items(1);
+    if (va.items(1) != n) {
+        PyErr_SetString(PyExc_ValueError, "set_rows: acc and ids differ in length");
+        return nullptr;
+    }
+    uint8_t* m = (uint8_t*)vm.v.buf;
+    const uint8_t* a = (const uint8_t*)va.v.buf;
+    const int32_t* id = (const int32_t*)vi.v.buf;
+    for (Py_ssize_t r = 0; r < n;) {
+        if (r + 8 <= n) {   // eight rows at a time where none is accepted
+            uint64_t word;
+            std::memcpy(&word, a + r, 8);
+            if (!word) {
+                r += 8;
+                continue;
+            }
+        }
+        if (a[r]) {
+            uint32_t t = (uint32_t)id[r];
+            if (t >= (uint32_t)nm) {
+                PyErr_SetString(PyExc_ValueError, "set_rows: id out of range");
+                return nullptr;
+            }
+            m[t] = 1;
+        }
+        r++;
+    }
+    Py_RETURN_NONE;
+}
+
+// set_bits(out: writable uint8, arrays: tuple of int64 id arrays) -> None: bit i & 7 (least significant first) of
+// byte i >> 3 set for every id i (a state's uncertain tokens onto a packed row)
+PyObject* set_bits(PyObject*, PyObject* args) {
+    PyObject *out_o, *arrays;
+    if (!PyArg_ParseTuple(args, "OO!", &out_o, &PyTuple_Type, &arrays)) return nullptr;
+    View vo;
+    if (!vo.open(out_o, 1, true)) return nullptr;
+    uint8_t* out = (uint8_t*)vo.v.buf;
+    const uint64_t nbits = (uint64_t)vo.items(1) * 8;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(arrays); k++) {
+        View va;
+        if (!va.open(PyTuple_GET_ITEM(arrays, k), 8)) return nullptr;
+        const int64_t* ids = (const int64_t*)va.v.buf;
+        for (Py_ssize_t j = 0; j < va.items(8); j++) {
+            uint64_t i = (uint64_t)ids[j];
+            if (i >= nbits) {
+                PyErr_SetString(PyExc_ValueError, "set_bits: id out of range");
+                return nullptr;
+            }
+            out[i >> 3] |= (uint8_t)(1u << (i & 7));
+        }
+    }
+    Py_RETURN_NONE;
 }
 
 }  // namespace walk_helpers

@@ -820,6 +820,32 @@ def pack_by_id(t: TokenTable, acc: np.ndarray) -> np.ndarray:
     return np.packbits(by_id(t, acc))
 
 
+def rows_of(t: TokenTable, m: np.ndarray) -> np.ndarray:
+    """``m[t.ids]``: a bool over token ids read over the rows of ``t`` (compiled where built)."""
+    if _walk_ext is not None and COMPILED_HELPERS:
+        return np.frombuffer(_walk_ext.by_rows(np.ascontiguousarray(m, dtype=bool), t.compact()[1]), dtype=bool)
+    return m[t.ids]
+
+
+def set_rows(t: TokenTable, m: np.ndarray, acc: np.ndarray) -> None:
+    """``m[t.ids[acc]] = True`` in place (``m`` a writable bool over ids, ``acc`` one over the rows of ``t``)."""
+    if _walk_ext is not None and COMPILED_HELPERS and m.flags.c_contiguous and m.dtype == bool:
+        _walk_ext.set_rows(m, np.ascontiguousarray(acc, dtype=bool), t.compact()[1])
+    else:
+        m[t.ids[acc]] = True
+
+
+def set_bits(out: np.ndarray, id_arrays: list[np.ndarray]) -> None:
+    """Set bit ``i & 7`` (least significant first) of byte ``i >> 3`` of ``out`` (writable uint8) for every id ``i``
+    in the arrays (compiled where built)."""
+    if _walk_ext is not None and COMPILED_HELPERS:
+        _walk_ext.set_bits(out, tuple(np.ascontiguousarray(a, dtype=np.int64) for a in id_arrays))
+        return
+    for a in id_arrays:
+        a = np.asarray(a, dtype=np.int64)
+        np.bitwise_or.at(out, a >> 3, (1 << (a & 7)).astype(np.uint8))
+
+
 def _inv32(t: TokenTable) -> np.ndarray:
     """The row of each id of a table holding every id once, as int32 (built once per table)."""
     inv = t.__dict__.get("_inv32")

@@ -494,7 +494,7 @@ class GrammarRules:
             else:
                 raise GrammarStateError(f"stack top at a non-terminal element (type {t}) at position {pos}")
         res = tuple(out)
-        self._advance_memo.put(stack, res)
+        self._advance_memo.put(stack, res, 4 + len(stack) + sum(map(len, res)) + 4 * len(res))
         return res
 
     def advance_into(self, stack: Stack, out: list[Stack], outset: set[Stack]) -> None:
@@ -514,7 +514,7 @@ class GrammarRules:
         memo = self._next_memo.get(stack)
         if memo is None:
             memo = self.advance(self.after_char(stack))
-            self._next_memo.put(stack, memo)
+            self._next_memo.put(stack, memo, 4 + len(stack) + sum(map(len, memo)) + 4 * len(memo))
         return memo
 
     def initial_stacks(self) -> Stacks:
