@@ -5,7 +5,7 @@ The oracle is a C++ shim (``tests/oracle/render_shim.cpp``) over libllama-common
 ``common_chat_template_direct_apply_impl``: one render with exactly the given inputs (no message rewrites), as
 ``ChatTemplates.render_jinja`` does one. Each template renders every conversation of :data:`CONVERSATIONS` (tools
 alone, with a system message, a call with object arguments and its result, two parallel calls with a ``null``
-content, string arguments, reasoning in the history) and the output, or the fact of an error, is identical.
+content, string arguments, reasoning in the history, contents padded with whitespace) and the output, or the fact of an error, is identical.
 
 The same conversations as a chat request (arguments as JSON strings, as clients send them) with llama-server's own
 tool handling (``"llama_server_compat": true``) give the prompt llama-server builds (the shim's
@@ -60,6 +60,10 @@ CONVERSATIONS: dict[str, list[dict]] = {
                 "tool_calls": [_call(1, {"city": "Paris"})]},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
         {"role": "assistant", "content": "Sunny.", "reasoning_content": "Done"}, {"role": "user", "content": "Ok"}],
+    "padded": [{"role": "system", "content": "  Be brief.\n"}, {"role": "user", "content": "\n Weather in Paris?  "},
+               {"role": "assistant", "content": " Sunny. ", "reasoning_content": "\tEasy\n", "name": ""},
+               {"role": "user", "content": [{"type": "text", "text": " And Lyon? "}]},
+               {"role": "assistant", "content": "Rain", "reasoning_content": ""}, {"role": "user", "content": "Ok "}],
 }
 
 

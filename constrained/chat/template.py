@@ -215,7 +215,9 @@ class ChatTemplates:
         content is ``""``, as ``common_chat_msg::to_json_oaicompat`` writes it), ``developer`` becomes ``system``
         (except for GPT-OSS templates), a system message the template ignores is merged into the next message
         (``system_message_not_supported``), and for a template that takes object arguments, past tool calls'
-        string arguments are parsed as JSON (``func_args_not_string``).
+        string arguments are parsed as JSON (``func_args_not_string``). StepFun templates get every content,
+        reasoning and text part trimmed of whitespace first (``trim_all_content``); empty ``reasoning_content``,
+        ``name`` and ``tool_call_id`` are left out, as ``to_json_oaicompat`` leaves them out.
 
         Raises:
             ChatTemplateError: tool call arguments that are not JSON (llama-server: HTTP 500).
@@ -230,6 +232,13 @@ class ChatTemplates:
         """
         caps = self.caps
         msgs = [dict(m) for m in messages]
+        if _STEPFUN in self.source:                # workaround::trim_all_content, StepFun templates only
+            for m in msgs:
+                _trim_content(m)
+        for m in msgs:                             # to_json_oaicompat writes these only when not empty
+            for k in ("reasoning_content", "name", "tool_call_id"):
+                if m.get(k) == "":
+                    del m[k]
         string_ok, typed_ok = caps.supports_string_content, caps.supports_typed_content
         for m in msgs:
             c = m.get("content")
@@ -291,6 +300,23 @@ def concat_content_parts(parts: list[Any]) -> str:
         t = part.get("text", "")
         text += t if isinstance(t, str) else ""
     return text
+
+
+_STEPFUN = "You have access to the following functions in JSONSchema format"      # chat.cpp:1235
+_C_SPACE = " \t\n\v\f\r"                                                          # C isspace
+
+
+def _trim_content(m: dict[str, Any]) -> None:
+    # workaround::trim_all_content (chat.cpp:1066-1076), trim_whitespace (chat-auto-parser-helpers.cpp:12)
+    c = m.get("content")
+    if isinstance(c, str):
+        m["content"] = c.strip(_C_SPACE)
+    elif isinstance(c, list):
+        m["content"] = [{**p, "text": p["text"].strip(_C_SPACE)}
+                        if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) else p
+                        for p in c]
+    if isinstance(m.get("reasoning_content"), str):
+        m["reasoning_content"] = m["reasoning_content"].strip(_C_SPACE)
 
 
 def _args_as_object(call: Any) -> Any:
