@@ -6,6 +6,12 @@ crashes (the worker died), hangs (a case past the time limit), mask mismatches a
 ``llama_grammar_reject_candidates``. Any failing case is printed with its seed, so it can be replayed.
 
     nice -n 10 .venv/bin/python scripts/fuzz_grammar.py --seconds 900 --mem-gb 3 --case-seconds 10
+
+``--vocab NAME`` (one of tests/oracle's vocab-only GGUFs, e.g. ``llama-spm`` or ``gemma-4``) runs the call sequences
+over a real vocabulary instead, where the compiled walk's shortcuts and helpers take over (loop and chain shortcuts,
+trie ranges, the wide classes prepared at compile, packing by id, the seeded direct walk, ``fill_bits_for``): each
+mask is then compared with the Python reference walk of the state (``mask.walk_py`` over a fresh copy of the table,
+numpy helpers, no per-position caches), and each packed row with the mask.
 """
 
 from __future__ import annotations
@@ -90,7 +96,47 @@ def _doc(rng: random.Random, depth: int = 0) -> object:
     return {rng.choice(["p0", "p1", "p2", "aaa", "x"]): _doc(rng, depth + 1) for _ in range(rng.randint(0, 3))}
 
 
-def _worker(conn, mem_gb: float, case_seconds: float) -> None:  # noqa: ANN001, C901
+def _python_reference(vocab):  # noqa: ANN001, ANN202
+    """The mask of a matcher's state by the Python walk (numpy helpers, a fresh copy of the table: no cache the
+    compiled code filled is read), with ``mask_for``'s end-of-generation rule."""
+    import copy
+
+    import numpy as np
+
+    from constrained.grammar import mask as M
+    from constrained.grammar.tokenindex import vocab_index
+
+    idx = vocab_index(vocab)
+
+    def fresh(t):  # noqa: ANN001, ANN202
+        t2 = copy.copy(t)
+        t2.__dict__ = {k: v for k, v in t.__dict__.items() if k in ("ids", "start", "length", "flat", "rem", "val",
+                                                                   "perm", "order0", "cp0", "longer", "inv", "lex",
+                                                                   "_cols", "_summary", "_ascii_rows")}
+        return t2
+
+    def reference(m):  # noqa: ANN001, ANN202
+        cg = m.compiled
+        g = cg.rules
+        old = M.COMPILED_HELPERS
+        M.COMPILED_HELPERS = False
+        try:
+            if m.partial_utf8[1] > 0:
+                pt = fresh(idx.partial_table(*m.partial_utf8))
+                b = np.zeros(cg.n_vocab, dtype=bool)
+                b[pt.ids[M.walk_py(g, pt, m.stacks)]] = True
+            else:
+                t = fresh(idx.table)
+                b = M.by_id(t, M.walk_py(g, t, m.stacks))
+        finally:
+            M.COMPILED_HELPERS = old
+        b[idx.eog_ids] = m.can_end()
+        return b
+
+    return reference
+
+
+def _worker(conn, mem_gb: float, case_seconds: float, vocab_name: str | None = None) -> None:  # noqa: ANN001, C901
     resource.setrlimit(resource.RLIMIT_AS, (int(mem_gb * (1 << 30)),) * 2)
     signal.signal(signal.SIGALRM, _alarm)
     import numpy as np
@@ -99,6 +145,14 @@ def _worker(conn, mem_gb: float, case_seconds: float) -> None:  # noqa: ANN001, 
     from constrained import Grammar, validate
     from constrained.errors import ConstrainedError
     from tests.test_fuzz_grammar import VOCAB, N, reference_mask
+
+    if vocab_name:
+        from tests.matcher_support import oracle_vocab
+
+        VOCAB = oracle_vocab(vocab_name)[1]  # noqa: N806
+        N = len(VOCAB)  # noqa: N806
+        reference_mask = _python_reference(VOCAB)
+    row = np.zeros((N + 7) // 8 + 1, dtype=np.uint8)
 
     bundled = [load(n) for n in names()]
     while True:
@@ -140,6 +194,11 @@ def _worker(conn, mem_gb: float, case_seconds: float) -> None:  # noqa: ANN001, 
                             if not np.array_equal(mask, reference_mask(m)):
                                 tally["mismatch"] += 1
                                 bad.append(("mismatch", seed, text[:200]))
+                                break
+                            m.compiled.fill_bits_for(m.stacks, m.partial_utf8, row, state_cache=rng.random() < 0.5)
+                            if not np.array_equal(row[:-1], np.packbits(mask, bitorder="little")):
+                                tally["mismatch"] += 1
+                                bad.append(("packed row mismatch", seed, text[:200]))
                                 break
                             allowed = np.flatnonzero(mask)
                             if len(allowed) and rng.random() < 0.8:
@@ -185,6 +244,7 @@ def main() -> None:
     ap.add_argument("--case-seconds", type=float, default=10.0)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--batch", type=int, default=200)
+    ap.add_argument("--vocab", default=None, help="a real vocabulary (tests/oracle's GGUFs): compiled vs Python walk")
     args = ap.parse_args()
     total = {"inputs": 0, "ok": 0, "clean": 0, "wrong_type": 0, "mismatch": 0, "hang": 0, "cases": 0, "crash": 0}
     failures: list = []
@@ -193,7 +253,7 @@ def main() -> None:
     ctx = mp.get_context("spawn")
     while time.time() - t0 < args.seconds:
         parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker, args=(child, args.mem_gb, args.case_seconds), daemon=True)
+        proc = ctx.Process(target=_worker, args=(child, args.mem_gb, args.case_seconds, args.vocab), daemon=True)
         proc.start()
         try:
             while time.time() - t0 < args.seconds:

@@ -123,6 +123,7 @@ _MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer r
 _NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
 _PREPARE_MAX_ELEMENTS = 20_000      # grammars up to this size get their wide classes' table parts at compile time
 _PREPARE_MAX_CLASSES = 4            # at most this many wide classes per grammar
+_WIDE_SHARE = 16                    # a class is wide if it starts at least 1/16 of the tokens
 
 
 def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:
@@ -171,7 +172,7 @@ class CompiledGrammar:
 
     def _prepare_wide_classes(self) -> int:
         """Compile step: the vocabulary table's parts for the grammar's wide character classes (those that start a
-        quarter of the tokens or more: a JSON string's characters, ``.``, negated sets), as the loop shortcut
+        sixteenth of the tokens or more: a JSON string's characters, ``[a-z]``, ``.``, negated sets), as the loop shortcut
         needs them (``mask._loop_parts``, cached per table and class, so shared by every grammar of the
         vocabulary): ~0.6 ms per class at 262,144 tokens, counted in the compile time instead of the first mask
         that meets the class. Returns how many classes were prepared (bounded; none past
@@ -189,7 +190,7 @@ class CompiledGrammar:
             if key in seen:
                 continue
             seen.add(key)
-            if _first_count(g, p, t) * 4 >= t.n:
+            if _first_count(g, p, t) * _WIDE_SHARE >= t.n:
                 _loop_parts(g, p, t)
                 done += 1
                 if done >= _PREPARE_MAX_CLASSES:
