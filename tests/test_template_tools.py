@@ -10,8 +10,8 @@ content, string arguments, reasoning in the history, contents padded with whites
 The same conversations as a chat request (arguments as JSON strings, as clients send them) with llama-server's own
 tool handling (``"llama_server_compat": true``) give the prompt llama-server builds (the shim's
 ``common_chat_templates_apply`` with the inputs ``oaicompat_chat_params_parse`` makes): the message workarounds of
-``ChatTemplates.prepare_messages`` (null content, string arguments parsed for templates that take objects), the
-specialised handlers' prompts. :data:`KNOWN` lists the cases that differ, with the reason.
+``ChatTemplates.prepare_messages`` (null content, string arguments parsed for templates that take objects,
+StepFun's trimming, outdated Gemma 4 templates' tool results in the assistant turn), the specialised handlers' prompts. :data:`KNOWN` lists the cases that differ, with the reason.
 """
 
 from __future__ import annotations
@@ -85,11 +85,7 @@ def test_render_with_tools_as_llama_cpp(name: str) -> None:
 
 
 # template -> why the chat prompt with tools differs from llama-server's
-KNOWN: dict[str, str] = {
-    "google-gemma-4-31B-it-interleaved.jinja": "an outdated Gemma 4 template: llama-server rewrites tool results as "
-    "<|tool_response> blocks of the assistant turn (common_chat_try_specialized_template's compatibility "
-    "workaround), not ported (CHANGELOG)",
-}
+KNOWN: dict[str, str] = {}
 
 
 def _string_args(msgs: list[dict]) -> list[dict]:
