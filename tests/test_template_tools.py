@@ -5,13 +5,13 @@ The oracle is a C++ shim (``tests/oracle/render_shim.cpp``) over libllama-common
 ``common_chat_template_direct_apply_impl``: one render with exactly the given inputs (no message rewrites), as
 ``ChatTemplates.render_jinja`` does one. Each template renders every conversation of :data:`CONVERSATIONS` (tools
 alone, with a system message, a call with object arguments and its result, two parallel calls with a ``null``
-content, string arguments, reasoning in the history, contents padded with whitespace) and the output, or the fact of an error, is identical.
+content, string arguments, reasoning in the history, results out of call order, contents padded with whitespace) and the output, or the fact of an error, is identical.
 
 The same conversations as a chat request (arguments as JSON strings, as clients send them) with llama-server's own
 tool handling (``"llama_server_compat": true``) give the prompt llama-server builds (the shim's
 ``common_chat_templates_apply`` with the inputs ``oaicompat_chat_params_parse`` makes): the message workarounds of
 ``ChatTemplates.prepare_messages`` (null content, string arguments parsed for templates that take objects,
-StepFun's trimming, outdated Gemma 4 templates' tool results in the assistant turn), the specialised handlers' prompts. :data:`KNOWN` lists the cases that differ, with the reason.
+StepFun's trimming, outdated Gemma 4 templates' tool results in the assistant turn, DeepSeek V4's in call order), the specialised handlers' prompts. :data:`KNOWN` lists the cases that differ, with the reason.
 """
 
 from __future__ import annotations
@@ -60,6 +60,10 @@ CONVERSATIONS: dict[str, list[dict]] = {
                 "tool_calls": [_call(1, {"city": "Paris"})]},
         {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
         {"role": "assistant", "content": "Sunny.", "reasoning_content": "Done"}, {"role": "user", "content": "Ok"}],
+    "results-out-of-order": [
+        _USER, {"role": "assistant", "content": "", "tool_calls": [_call(1, {"city": "Paris"}), _call(2, {"city": "Lyon"})]},
+        {"role": "tool", "tool_call_id": "call_2", "content": "Rain"},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}],
     "padded": [{"role": "system", "content": "  Be brief.\n"}, {"role": "user", "content": "\n Weather in Paris?  "},
                {"role": "assistant", "content": " Sunny. ", "reasoning_content": "\tEasy\n", "name": ""},
                {"role": "user", "content": [{"type": "text", "text": " And Lyon? "}]},

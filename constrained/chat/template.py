@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from . import gemma4_turns, jinja_env
+from . import handler_messages, jinja_env
 from .caps import TemplateCaps, probe_caps
 from .jinja_env import ChatTemplateError
 
@@ -217,8 +217,9 @@ class ChatTemplates:
         (``system_message_not_supported``), and for a template that takes object arguments, past tool calls'
         string arguments are parsed as JSON (``func_args_not_string``). StepFun templates get every content,
         reasoning and text part trimmed of whitespace first (``trim_all_content``); empty ``reasoning_content``,
-        ``name`` and ``tool_call_id`` are left out, as ``to_json_oaicompat`` leaves them out; outdated Gemma 4
-        templates get tool results moved into the assistant turn (:mod:`constrained.chat.gemma4_turns`).
+        ``name`` and ``tool_call_id`` are left out, as ``to_json_oaicompat`` leaves them out; last, the specialised
+        handlers' rewrites (:mod:`constrained.chat.handler_messages`: outdated Gemma 4 templates' tool results in
+        the assistant turn, DeepSeek V4's tool results in call order).
 
         Raises:
             ChatTemplateError: tool call arguments that are not JSON (llama-server: HTTP 500).
@@ -265,9 +266,7 @@ class ChatTemplates:
             for m in msgs:
                 if isinstance(m.get("tool_calls"), list):
                     m["tool_calls"] = [_args_as_object(c) for c in m["tool_calls"]]
-        if gemma4_turns.applies_to(self.source):   # common_chat_try_specialized_template: outdated Gemma 4
-            msgs = gemma4_turns.convert_tool_responses(msgs)
-        return msgs
+        return handler_messages.adjust(self.source, msgs)    # the specialised handlers' rewrites
 
     def apply(self, messages: Sequence[dict[str, Any]], *, jinja: bool, add_generation_prompt: bool = True,
               tools: Sequence[Any] | None = None, chat_template_kwargs: dict[str, Any] | None = None,
