@@ -15,6 +15,7 @@ template whose parser is not reproduced would be listed in :data:`KNOWN` (none n
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -38,15 +39,10 @@ KNOWN: set[str] = set()
 KNOWN = {n for n in TEMPLATES if n[:-6] in KNOWN or n[:-6].removeprefix("deepseek-ai-") in KNOWN}
 
 
-@pytest.mark.parametrize("name", TEMPLATES, ids=[n[:-6] for n in TEMPLATES])
-def test_reply_parse_as_llama_cpp(name: str) -> None:
-    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
-    t = ChatTemplates(src)
-    body = chat_params({"messages": [{"role": "user", "content": "Hi"}]}, t, jinja=True)
-    factory = parser_for(body) or ContentParser
-    texts = [(x, False) for x in FINALS] + [(STREAMED[:i], True) for i in range(1, len(STREAMED))]
-    want = chat_parse(src, [], "auto", True, texts)
-    mismatches = []
+def reply_mismatches(factory: Any, texts: list[tuple[str, bool]], want: list[dict]) -> list[tuple]:
+    """The ``(text, partial, llama.cpp's, ours)`` where a fresh parser from ``factory`` does not give llama.cpp's
+    message (``want``: ``common_chat_parse``'s results for ``texts``)."""
+    out = []
     for (text, partial), w in zip(texts, want, strict=True):
         got, diffs = factory().update(text, partial)
         if partial and not w["ok"] and not diffs:
@@ -58,7 +54,18 @@ def test_reply_parse_as_llama_cpp(name: str) -> None:
             continue
         if not w["ok"] and got.get("parse_error") == w["error"] and got["content"] == text:
             continue
-        mismatches.append((text, partial, w, got))
+        out.append((text, partial, w, got))
+    return out
+
+
+@pytest.mark.parametrize("name", TEMPLATES, ids=[n[:-6] for n in TEMPLATES])
+def test_reply_parse_as_llama_cpp(name: str) -> None:
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    t = ChatTemplates(src)
+    body = chat_params({"messages": [{"role": "user", "content": "Hi"}]}, t, jinja=True)
+    factory = parser_for(body) or ContentParser
+    texts = [(x, False) for x in FINALS] + [(STREAMED[:i], True) for i in range(1, len(STREAMED))]
+    mismatches = reply_mismatches(factory, texts, chat_parse(src, [], "auto", True, texts))
     if name in KNOWN:
         assert mismatches, "listed as known but now identical: remove it from KNOWN"
         h = str(specialized_handler(t.source))

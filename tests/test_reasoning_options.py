@@ -24,7 +24,7 @@ from constrained.server.chat_api import chat_params, parser_for
 from constrained.server.chat_parsers import ContentParser
 from tests.oracle.render import chat_parse_body
 from tests.oracle.sdist import llama_cpp_source
-from tests.test_autoparser_parse import FINALS, STREAMED
+from tests.test_autoparser_parse import FINALS, STREAMED, reply_mismatches
 
 TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
 _USER = {"role": "user", "content": "Hi"}
@@ -45,18 +45,7 @@ def test_reply_parse_with_options_as_llama_cpp(name: str) -> None:
     for shape, msgs in SHAPES.items():
         for option, extra in OPTIONS.items():
             body = {"messages": msgs, **extra}
-            want = chat_parse_body(src, body, TEXTS)
             factory = parser_for(chat_params(dict(body), t, jinja=True)) or ContentParser
-            for (text, partial), w in zip(TEXTS, want, strict=True):
-                got, diffs = factory().update(text, partial)
-                if partial and not w["ok"] and not diffs:
-                    continue                       # llama-server: an error event; ours: no update yet
-                wm = w.get("msg")
-                if partial and wm is not None and not wm.get("content") and not wm.get("reasoning_content"):
-                    continue                       # an empty partial message is no update
-                if w["ok"] and wm == got:
-                    continue
-                if not w["ok"] and got.get("parse_error") == w["error"] and got["content"] == text:
-                    continue
-                mismatches.append((shape, option, text, partial, w, got))
+            found = reply_mismatches(factory, TEXTS, chat_parse_body(src, body, TEXTS))
+            mismatches += [(shape, option, *m) for m in found]
     assert not mismatches, mismatches[:3]
