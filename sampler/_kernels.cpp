@@ -420,39 +420,7 @@ static PyObject *k_top_n_sigma(PyObject *, PyObject *const *args, Py_ssize_t nar
             for (size_t i = 0; i < n; ++i) dst[i] = src[i];
         Py_RETURN_NONE;
     }
-    float mx = src[0];
-    float logits_sum = 0;
-    size_t valid_count = 0;
-    // branch-free: std::max(mx, -inf) is mx, and adding +0 for a -inf is adding nothing (the sum starts at +0 and
-    // an exact cancellation gives +0, so it is never -0)
-    for (size_t i = 0; i < n; ++i) {
-        const float l = src[i];
-        const bool ok = l != -INFINITY;
-        mx = std::max(mx, l);
-        logits_sum += ok ? l : 0.0f;
-        valid_count += ok;
-    }
-    const float mean = valid_count > 0 ? logits_sum / valid_count : 0;
-    const float acc = nsigma_var_sum(src, n, mean);
-    const float sd = valid_count > 0 ? std::sqrt(acc / valid_count) : 0;
-    const float thr = mx - (nsig * sd);
-    size_t i = 0;
-#ifdef __SSE2__
-    if (src.stride == 4 && dst.stride == 4) {
-        const float *sp = reinterpret_cast<const float *>(src.base);
-        float *dp = reinterpret_cast<float *>(dst.base);
-        const __m128 thr4 = _mm_set1_ps(thr), ninf4 = _mm_set1_ps(-INFINITY);
-        for (; i + 4 <= n; i += 4) {
-            const __m128 l4 = _mm_loadu_ps(sp + i);
-            const __m128 m = _mm_cmplt_ps(l4, thr4);  // NaN: false, kept
-            _mm_storeu_ps(dp + i, _mm_or_ps(_mm_and_ps(m, ninf4), _mm_andnot_ps(m, l4)));
-        }
-    }
-#endif
-    for (; i < n; ++i) {
-        const float l = src[i];
-        dst[i] = (l < thr) ? -INFINITY : l;
-    }
+    top_n_sigma_impl(src, n, nsig, dst);
     Py_RETURN_NONE;
 }
 

@@ -206,7 +206,9 @@ static bool set_slot(PyObject *o, Py_ssize_t off, PyObject *v) {  // steals v
 // ---------------------------------------------------------------------------------------------------------------
 // Stage
 
-enum StageCode { S_TOP_P = 2, S_MIN_P = 3, S_TYPICAL = 4, S_TEMP_EXT = 5, S_DIST = 6, S_XTC = 7, S_ADAPTIVE_P = 8 };
+enum StageCode {
+    S_TOP_P = 2, S_MIN_P = 3, S_TYPICAL = 4, S_TEMP_EXT = 5, S_DIST = 6, S_XTC = 7, S_ADAPTIVE_P = 8, S_TOP_N_SIGMA = 9
+};
 
 struct StageObject {
     PyObject_HEAD
@@ -233,7 +235,7 @@ static PyTypeObject StageType = {PyVarObject_HEAD_INIT(nullptr, 0)};
 
 // Stage(code, min_keep, f1, f2, f3, generator or None, fallback or None): top-p/min-p/typical (p = f1), temp-ext
 // (temp, delta, exponent), dist (generator), XTC (probability, threshold; generator), adaptive-p (target >= 0,
-// decay; generator)
+// decay; generator), top-n-sigma (n)
 static PyObject *stage_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     int code;
     long long mk;
@@ -241,7 +243,7 @@ static PyObject *stage_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
     PyObject *gen, *fb;
     if (kw && PyDict_GET_SIZE(kw)) return PyErr_Format(PyExc_TypeError, "Stage() takes no keyword arguments");
     if (!PyArg_ParseTuple(args, "iLfffOO:Stage", &code, &mk, &f1, &f2, &f3, &gen, &fb)) return nullptr;
-    if (code < S_TOP_P || code > S_ADAPTIVE_P) return PyErr_Format(PyExc_ValueError, "unknown stage code %d", code);
+    if (code < S_TOP_P || code > S_TOP_N_SIGMA) return PyErr_Format(PyExc_ValueError, "unknown stage code %d", code);
     const bool draws = code == S_DIST || code == S_XTC || code == S_ADAPTIVE_P;
     if (draws != (gen != Py_None) || (gen != Py_None && !is_gen(gen)))
         return PyErr_Format(PyExc_TypeError, "dist, XTC and adaptive-p take a sampler._kernels.Mt19937, the others None");
@@ -296,6 +298,7 @@ static bool stage_off(const StageObject *s) {
         case S_TYPICAL: return s->f1 >= 1.0f;
         case S_MIN_P: return s->f1 <= 0.0f;
         case S_XTC: return s->f1 <= 0.0f || s->f2 > 0.5f;
+        case S_TOP_N_SIGMA: return s->f1 <= 0.0f;
         default: return false;
     }
 }
@@ -341,6 +344,9 @@ static PyObject *stage_apply(PyObject *self, PyObject *cand) {
         case S_ADAPTIVE_P:
             if (n == 0) return size_error();
             break;
+        case S_TOP_N_SIGMA:
+            if (n <= 1) Py_RETURN_NONE;
+            break;
         default: break;
     }
     // read the slot again now that no Python code can run before the buffer holds its own reference (the truth
@@ -355,6 +361,12 @@ static PyObject *stage_apply(PyObject *self, PyObject *cand) {
         case S_MIN_P: min_p_impl(c, s->f1, s->min_keep); break;
         case S_TYPICAL: typical_impl(c, s->f1, s->min_keep); break;
         case S_TEMP_EXT: temp_ext_impl(c, s->f1, s->f2, s->f3); break;
+        case S_TOP_N_SIGMA: {  // in place on the records' logits (stride 12); nothing is removed or reordered
+            const Floats lg{reinterpret_cast<char *>(&c.data[0].logit), (std::ptrdiff_t)sizeof(TokenData),
+                            (std::ptrdiff_t)n};
+            top_n_sigma_impl(lg, n, s->f1, lg);
+            Py_RETURN_NONE;
+        }
         case S_DIST: {
             Replay g{nullptr, 0, 0, &eng_of(s->gen)};
             const size_t sel = dist_impl(c, g);

@@ -97,7 +97,7 @@ class Penalties:
 
     # as llama_sampler_penalties_apply
     def apply(self, c: Candidates) -> None:
-        if self.disabled():
+        if self._off:  # disabled()
             return
         if self.count:
             toks = np.fromiter(self.count.keys(), dtype=np.int64, count=len(self.count))

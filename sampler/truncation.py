@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -236,20 +237,13 @@ class TopNSigma(_Stateless):
     def __init__(self, n: float) -> None:
         self.n = _F32(n)
         self._nf = float(self.n)
+        if K is not None:  # the compiled apply: records in C, a float array through _top_n_sigma_floats
+            self.apply = K.Stage(9, 0, self._nf, 0.0, 0.0, None,  # type: ignore[method-assign]
+                                 functools.partial(_top_n_sigma_floats, nf=self._nf)).apply
 
     # as llama_sampler_top_n_sigma_apply
     def apply(self, c: Candidates) -> None:
         if self._nf <= 0.0 or c.size <= 1:
-            return
-        if K is not None:
-            if c._rec is not None:
-                lg = c._rec["logit"][: c._n]
-                K.top_n_sigma(lg, self._nf, lg)
-            else:
-                src = c._lg
-                dst = src if c._owned else np.empty(len(src), _F32)
-                K.top_n_sigma(src, self._nf, dst)
-                c._lg, c._owned = dst, True
             return
         lg = c.logits
         low = lg.min()
@@ -273,6 +267,16 @@ class TopNSigma(_Stateless):
             out = np.full(lg.size, -np.inf, _F32)
             np.copyto(out, lg, where=keep)  # (few are kept: cheaper than a where over two arrays)
             c.logits = out
+
+
+def _top_n_sigma_floats(c: Candidates, nf: float) -> None:
+    """The compiled top-n-sigma on a candidate array still in float form (n > 0): into a private logit array."""
+    if c.size <= 1:
+        return
+    src = c._lg
+    dst = src if c._owned else np.empty(len(src), _F32)
+    K.top_n_sigma(src, nf, dst)  # type: ignore[union-attr]
+    c._lg, c._owned = dst, True
 
 
 class XTC:

@@ -317,7 +317,7 @@ def test_compiled_stages_and_generators_over_many_steps(name: str) -> None:
         ref._build(n)
     assert fast.steps is not None and ref.steps is not None
     compiled = {st.name for st in fast.steps if isinstance(getattr(st.apply, "__self__", None), kernels.K.Stage)}
-    assert compiled == {"top-p", "min-p", "temp-ext", "dist", "xtc", "typical", "adaptive-p"} & {
+    assert compiled == {"top-p", "min-p", "temp-ext", "dist", "xtc", "typical", "adaptive-p", "top-n-sigma"} & {
         st.name for st in fast.steps if name != "adaptive-off" or st.name != "adaptive-p"}, compiled
     for step in range(150):
         if step == 50:
@@ -378,7 +378,7 @@ def test_compiled_stage_edges() -> None:
     lg = np.linspace(-2, 2, 50, dtype=np.float32)
     for mk in (lambda: truncation.TopP(0.9, 1), lambda: truncation.MinP(0.05, 1), lambda: truncation.Typical(0.9, 1),
                lambda: temperature.TempExt(0.8, 0.3, 1.0), lambda: dist.Dist(3),
-               lambda: truncation.XTC(1.0, 0.01, 1, 4)):
+               lambda: truncation.XTC(1.0, 0.01, 1, 4), lambda: truncation.TopNSigma(1.0)):
         a, b = Candidates.from_logits(lg), Candidates.from_logits(lg)
         st = mk()
         st.apply(a)  # the compiled stage packs the three arrays first
@@ -388,6 +388,17 @@ def test_compiled_stage_edges() -> None:
         assert snapshot(a)[0].tolist() == snapshot(b)[0].tolist(), st.name
         assert all(np.array_equal(x, y) for x, y in zip(snapshot(a)[1:3], snapshot(b)[1:3], strict=True)), st.name
         assert snapshot(a)[3:] == snapshot(b)[3:], st.name
+    rs = np.random.default_rng(4)  # top-n-sigma on records (after top-k), -inf-heavy and tied too
+    for mode in ("plain", "tied", "inf"):
+        big = make_logits(rs, 32000, mode)
+        a, b = Candidates.from_logits(big), Candidates.from_logits(big)
+        truncation.TopK(3000).apply(a)
+        truncation.TopNSigma(0.5).apply(a)
+        assert a._rec is not None
+        with numpy_path():
+            truncation.TopK(3000).apply(b)
+            truncation.TopNSigma(0.5).apply(b)
+        assert snapshot(a)[0].tolist() == snapshot(b)[0].tolist() and np.array_equal(snapshot(a)[1], snapshot(b)[1])
     t = temperature.TempExt(0.5, 0.0, 1.0)
     c = Candidates.from_logits(lg)
     t.apply(c)
