@@ -11,7 +11,7 @@ Besides functions, the module has two types (``sampler/_kernels_objects.h``): ``
 state lives in C (:func:`sampler.rng.engine` gives one to every drawing sampler; same interface and outputs as
 :class:`sampler.rng.Mt19937`), and ``K.Stage``, one stage with its parameters parsed once, whose ``apply`` reads and
 writes a :class:`sampler.candidates.Candidates`' slots in C and draws from its generator in the same call (the
-compiled ``apply`` of top-p, min-p, typical, temp-ext, dist, XTC and adaptive-p instances).
+compiled ``apply`` of top-p, min-p, typical, top-n-sigma, temp-ext, dist, XTC and adaptive-p instances).
 
 Example:
     >>> import numpy as np
