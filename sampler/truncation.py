@@ -1,9 +1,9 @@
 """The truncating samplers: top-k, top-p, min-p, typical, top-n-sigma and XTC, as in ``src/llama-sampler.cpp``.
 
 Each class has ``apply(candidates)``, ``accept(token)``, ``reset()`` and ``clone()``, like a ``llama_sampler``.
-With the compiled kernels, top-p, min-p, typical, top-n-sigma and XTC instances get a compiled ``apply`` (``K.Stage``: the
-parameters parsed once, the candidate record array read and written in C, XTC's draw from its ``std::mt19937`` in
-the same call); the methods written here are the numpy reference they are tested against.
+With the compiled kernels, top-p, min-p, typical, top-n-sigma and XTC instances get a compiled ``apply``
+(``K.Stage``: the parameters parsed once, the candidate record array read and written in C, XTC's draw from its
+``std::mt19937`` in the same call); the methods written here are the numpy reference they are tested against.
 
 Example:
     >>> import numpy as np
