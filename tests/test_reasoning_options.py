@@ -1,7 +1,7 @@
 """The chat reply parsers under the request options that change them, against llama.cpp's ``common_chat_parse``.
 
 For all 70 templates of the sdist's models/templates/, each request shape (one user message; a prefill with reasoning
-only, continued inside the reasoning) with each option (llama-server's defaults, ``enable_thinking`` off through
+only, continued inside the reasoning; a prefill with reasoning and content) with each option (llama-server's defaults, ``enable_thinking`` off through
 ``chat_template_kwargs``, ``reasoning_format: "none"``) builds the reply parser ``chat_params`` builds
 (:func:`constrained.server.chat_api.parser_for`), and the C++ shim (``tests/oracle/render_shim.cpp``:
 ``oaicompat_chat_params_parse``'s inputs, ``common_chat_templates_apply``, ``common_chat_parse`` on the generation
@@ -9,8 +9,9 @@ prompt + the text) reads the same replies: the finals and streamed prefixes of `
 plus a streamed MiniMax-M3 reasoning block. The message is identical (an empty partial message is no update; where
 llama.cpp throws, ours answers a final reply as content with ``parse_error`` and a partial one with no update).
 
-A prefill with content is not here: llama-server's message then is not ``common_chat_parse`` of the generation prompt
-+ the text (``tests/test_reasoning_server.py`` compares it with the real binary).
+With a prefill the generation prompt carries the continuation, so the message starts with the prefilled content
+(reasoning templates and content-only ones alike; ``tests/test_reasoning_prefill_server.py`` checks it against the
+real binary).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ from tests.test_autoparser_parse import FINALS, STREAMED, reply_mismatches
 TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
 _USER = {"role": "user", "content": "Hi"}
 SHAPES = {"user": [_USER],
-          "prefill-reasoning": [_USER, {"role": "assistant", "content": "", "reasoning_content": "Let me"}]}
+          "prefill-reasoning": [_USER, {"role": "assistant", "content": "", "reasoning_content": "Let me"}],
+          "prefill-content": [_USER, {"role": "assistant", "content": "Wh", "reasoning_content": "Let me"}]}
 OPTIONS = {"defaults": {}, "thinking-off": {"chat_template_kwargs": {"enable_thinking": False}},
            "reasoning-format-none": {"reasoning_format": "none"}}
 _MM_STREAM = "<mm:think>\nI think.\n</mm:think>\n\nHello"

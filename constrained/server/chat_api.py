@@ -217,7 +217,9 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             if handler is None:
                 r = analyze_reasoning(templates)
                 c = analyze_content(templates, r)
-                if r.mode != "none" or c.always_wrapped:
+                # llama-server parses the reply after the generation prompt with a prefill's continuation, so a
+                # content-only template needs the parser too when the prompt was continued (its content first)
+                if r.mode != "none" or c.always_wrapped or applied.generation_prompt != gen_prompt:
                     out["_reply"] = ReplySpec(gen_prompt, r.mode, r.start, r.end, c.start if c.always_wrapped
                                               else "", c.end if c.always_wrapped else "", extract)
             else:
