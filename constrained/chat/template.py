@@ -5,11 +5,11 @@ and ``--jinja`` with jinja2, rendered as llama.cpp's Jinja engine renders (commo
 ``tool_use`` templates, an override, the ChatML fallback) with the BOS/EOS texts, and :meth:`ChatTemplates.apply`
 renders a conversation. :func:`render` is the one-call form.
 
-Jinja globals and filters mirror llama.cpp's engine where they differ from jinja2's: ``raise_exception`` (message
-prefixed ``Jinja Exception:``), ``strftime_now`` (local time, C ``strftime``), ``tojson`` (``", "`` / ``": "``
-separators, raw UTF-8 unless ``ensure_ascii``), and the template inputs llama-server passes (``messages``,
-``bos_token``, ``eos_token``, ``enable_thinking``, ``add_generation_prompt`` only when true, ``tools`` only when
-given, ``chat_template_kwargs`` merged on top).
+Rendering happens in :mod:`constrained.chat.jinja_env` (jinja2 with llama.cpp's engine's rules) with the template
+inputs llama-server passes (``messages``, ``bos_token``, ``eos_token``, ``enable_thinking``, ``add_generation_prompt``
+only when true, ``tools`` only when given, ``chat_template_kwargs`` merged on top);
+:meth:`ChatTemplates.prepare_messages` applies ``common_chat_templates_apply_jinja``'s message workarounds, driven by
+the template's capabilities (:mod:`constrained.chat.caps`).
 
 Example:
     >>> t = ChatTemplates(CHATML_TEMPLATE)
