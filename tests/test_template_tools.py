@@ -120,6 +120,36 @@ def test_chat_with_tools_as_llama_server(name: str) -> None:
     assert not differ
 
 
+_DUMP = "{% for m in messages %}{{ m.content }}{% for c in m.tool_calls %}{{ c | tojson }}{% endfor %}{% endfor %}"
+CALL_SHAPES = {
+    "no-type": {"function": {"name": "f", "arguments": "{}"}},
+    "other-type": {"type": "x", "function": {}},
+    "no-function": {"type": "function"},
+    "no-name": {"type": "function", "function": {"arguments": "{}"}},
+    "no-arguments": {"type": "function", "function": {"name": "f"}},
+    "name-not-string": {"type": "function", "function": {"name": 5, "arguments": "{}"}},
+    "object-arguments-extra-keys": {"id": "a", "type": "function", "zz": 2,
+                                    "function": {"arguments": {"b": [1, 2.5, "é"]}, "name": "f", "extra": 1}},
+    "empty-id": {"type": "function", "id": "", "function": {"name": "f", "arguments": "{}"}},
+}
+
+
+@pytest.mark.parametrize("template", ["<dump>", "Qwen-Qwen2.5-7B-Instruct.jinja",
+                                      "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"])
+def test_tool_call_shapes_as_llama_server(template: str) -> None:
+    # common_chat_msgs_parse_oaicompat's checks and to_json_oaicompat's shape: the errors' texts and the prompts
+    src = _DUMP if template == "<dump>" else (Path(llama_cpp_source()) / "models" / "templates" / template).read_text()
+    t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
+    for shape, call in CALL_SHAPES.items():
+        body = {"messages": [_USER, {"role": "assistant", "tool_calls": [call]}, _USER], "tools": TOOLS}
+        want = chat_apply(src, body, "<bos>", "<eos>")
+        try:
+            got = {"prompt": chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]}
+        except HttpError as e:
+            got = {"error": e.message}
+        assert got == want, shape
+
+
 @pytest.mark.parametrize("expr,want", [
     ("{{ [{'a': 1}, {}] | map(attribute='a', default=5) | list | tojson }}", '[1, 5]'),
     ("{% set c = none %}{{ c | default('d') }}|{{ u | d('e') }}|{{ '' | default('f') }}|{{ '' | default('g', true) }}", 'd|e||g'),

@@ -318,10 +318,50 @@ def _parse_msg(m: Any) -> dict[str, Any]:
         out["content"] = content
     else:
         raise _bad("Expected 'content' to be a string or an array")
-    for k in ("tool_calls", "reasoning_content", "name", "tool_call_id"):
+    for k in ("reasoning_content", "name", "tool_call_id"):
         if k in m and m[k] is not None:
             out[k] = m[k]
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        calls = [_parse_tool_call(c) for c in calls]
+        if calls:                             # to_json_oaicompat writes tool_calls only when there are some
+            out["tool_calls"] = calls
+    elif calls is not None:
+        out["tool_calls"] = calls
     return out
+
+
+def _parse_tool_call(tc: Any) -> dict[str, Any]:
+    # common_chat_msgs_parse_oaicompat (chat.cpp:418-447), then to_json_oaicompat's shape (chat.cpp:242-260):
+    # {"type": "function", "function": {"name", "arguments" (a string: anything else dumped)}, "id" when not empty}
+    def bad(what: str) -> HttpError:
+        return _server(f"Failed to parse messages: {what}: {dumps_compact(tc)}")
+
+    def text(v: Any) -> str:
+        if not isinstance(v, str):
+            raise _server("Failed to parse messages: [json.exception.type_error.302] type must be string, but is "
+                          + json_type_name(v))
+        return v
+
+    if not isinstance(tc, dict) or "type" not in tc:
+        raise bad("Missing tool call type")
+    if tc["type"] != "function":
+        raise bad("Unsupported tool call type")
+    fc = tc.get("function")
+    if "function" not in tc:
+        raise bad("Missing tool call function")
+    if not isinstance(fc, dict) or "name" not in fc:
+        raise bad("Missing tool call name")
+    name = text(fc["name"])
+    if "arguments" not in fc:
+        raise _server("Failed to parse messages: [json.exception.out_of_range.403] key 'arguments' not found")
+    args = fc["arguments"]
+    call: dict[str, Any] = {"type": "function", "function": {
+        "name": name, "arguments": args if isinstance(args, str) else dumps_compact(args)}}
+    cid = text(tc["id"]) if "id" in tc else ""
+    if cid:
+        call["id"] = cid
+    return call
 
 
 def dumps_compact(v: Any) -> str:
