@@ -165,6 +165,33 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
            "xfill": xfill, "xhow": peer[2] if peer else None, "compile_x": peer[3] if peer else None})
 
 
+def _construction(vocab_name: str, q) -> None:  # noqa: ANN001
+    """Parse + matcher vs ``llama_grammar_init_impl`` on two grammars near the element limit (thread CPU time)."""
+    from constrained import Grammar
+    from constrained.json_schema import json_schema_to_gbnf
+    from tests.matcher_support import oracle_vocab
+    from tests.oracle.llama import CGrammar
+
+    vm, vocab = oracle_vocab(vocab_name)
+    from constrained.grammar.tokenindex import vocab_index
+
+    vocab_index(vocab)
+    texts = {"201 x maxLength 1000": json_schema_to_gbnf({"type": "object", "properties": {
+                 f"p{i}": {"type": "string", "maxLength": 1000} for i in range(201)}}),
+             "4M-element literal": 'root ::= "' + "x" * 1999 + '"{2000}'}
+    out: dict[str, tuple[float, float]] = {}
+    for name, text in texts.items():
+        t = time.thread_time()
+        Grammar.from_gbnf(text).matcher(vocab)
+        ours = time.thread_time() - t
+        t = time.thread_time()
+        c = CGrammar(vm, text)
+        theirs = time.thread_time() - t
+        c.free()
+        out[name] = (ours, theirs)
+    q.put(out)
+
+
 def _stats(xs: list[float]) -> tuple[float, float, float]:
     import numpy as np
 
@@ -176,7 +203,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--vocab", default="gemma-4")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--construction", action="store_true",
+                    help="only time matcher construction of two grammars near the element limit vs llama.cpp")
     args = ap.parse_args()
+    if args.construction:
+        q = mp.get_context("spawn").Queue()
+        p = mp.get_context("spawn").Process(target=_construction, args=(args.vocab, q))
+        p.start()
+        for name, (ours, theirs) in q.get(timeout=600).items():
+            print(f"construction {name}: ours {ours:.2f} s, llama.cpp {theirs:.3f} s ({ours / theirs:.1f}x)")
+        p.join()
+        print(f"thread CPU time; load average {os.getloadavg()[0]:.2f}")
+        return 0
     names = args.only or list(_workloads())
     ctx = mp.get_context("spawn")
     print(f"vocabulary {args.vocab}; load average {os.getloadavg()[0]:.2f} at start")
