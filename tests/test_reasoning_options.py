@@ -11,7 +11,7 @@ llama.cpp throws, ours answers a final reply as content with ``parse_error`` and
 
 With a prefill the generation prompt carries the continuation, so the message starts with the prefilled content
 (reasoning templates and content-only ones alike; ``tests/test_reasoning_prefill_server.py`` checks it against the
-real binary).
+real binary). With tools and ``tool_choice: "none"`` the template's own parser reads the reply too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from constrained.server.chat_parsers import ContentParser
 from tests.oracle.render import chat_parse_body
 from tests.oracle.sdist import llama_cpp_source
 from tests.test_autoparser_parse import FINALS, STREAMED, reply_mismatches
+from tests.test_template_tools import TOOLS
 
 TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
 _USER = {"role": "user", "content": "Hi"}
@@ -51,3 +52,16 @@ def test_reply_parse_with_options_as_llama_cpp(name: str) -> None:
             found = reply_mismatches(factory, TEXTS, chat_parse_body(src, body, TEXTS))
             mismatches += [(shape, option, *m) for m in found]
     assert not mismatches, mismatches[:3]
+
+
+@pytest.mark.parametrize("name", TEMPLATES, ids=[n[:-6] for n in TEMPLATES])
+def test_reply_parse_with_tools_none_as_llama_cpp(name: str) -> None:
+    # tools with tool_choice "none": no tool-call parser, the template's own reads the reply (reasoning split), with
+    # llama-server's tool handling and with ours (a template without tool support gets our generic format's prompt)
+    src = (Path(llama_cpp_source()) / "models" / "templates" / name).read_text(encoding="utf-8")
+    t = ChatTemplates(src)
+    body = {"messages": [_USER], "tools": TOOLS, "tool_choice": "none"}
+    want = chat_parse_body(src, body, TEXTS)
+    for compat in (True, False):
+        factory = parser_for(chat_params(dict(body, llama_server_compat=compat), t, jinja=True)) or ContentParser
+        assert not reply_mismatches(factory, TEXTS, want), compat

@@ -192,8 +192,11 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             out["grammar"] = g
             out["grammar_type"] = "tool_calls"
     gen_prompt = ""
+    # no tool-call parser (no tools, llama-server's handling of a template without tool support, tool_choice none):
+    # the reply is read by the template's own parser, after the rendered generation prompt
+    own_parser = tool_plan is None or not tool_plan.active
     if jinja:
-        if tool_plan is None and applied is not None:
+        if own_parser and applied is not None:
             gen_prompt = applied.parser_generation_prompt
         else:
             gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
@@ -208,7 +211,7 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
-        if tool_plan is None and _empty(json_schema):    # the reply parser: the autoparser's or a handler's
+        if own_parser and _empty(json_schema):           # the reply parser: the autoparser's or a handler's
             from ..chat.autoparser import analyze_content, analyze_reasoning
             from ..chat.autoparser_prompt import specialized_handler
 
@@ -232,7 +235,7 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out["grammar_lazy"] = False
     out["grammar_triggers"] = []
     out["preserved_tokens"] = []
-    out["generation_prompt"] = applied.generation_prompt if tool_plan is None and applied is not None else gen_prompt
+    out["generation_prompt"] = applied.generation_prompt if own_parser and applied is not None else gen_prompt
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
