@@ -463,34 +463,32 @@ class GrammarRules:
             self._advance_memo.hits += 1
             return memo
         self._advance_memo.misses += 1
-        types = self.types
+        types, values, alts, max_stacks = self.types, self.values, self._alts, self.max_stacks
         out: list[Stack] = []
-        outset: set[Stack] = set()
         todo = [stack]
         seen: set[Stack] = set()
+        pop, push, see = todo.pop, todo.append, seen.add
         while todo:
-            cur = todo.pop()
-            if cur in seen:
+            cur = pop()
+            if cur in seen:     # each stack is looked at once: a terminal one joins ``out`` once, in discovery order
                 continue
-            seen.add(cur)
-            if len(seen) > self.max_stacks:
-                raise _too_many(self.max_stacks, "expanding one stack")
+            see(cur)
+            if len(seen) > max_stacks:
+                raise _too_many(max_stacks, "expanding one stack")
             if not cur:
-                if cur not in outset:
-                    outset.add(cur)
-                    out.append(cur)
+                out.append(cur)
                 continue
             pos = cur[-1]
             t = types[pos]
             if t == RULE_REF:
-                base = cur[:-1] if self.is_eos(pos + 1) else cur[:-1] + (pos + 1,)
-                for sub in self.alternatives(self.values[pos]):
+                nt = types[pos + 1]               # is_eos(pos + 1)
+                base = cur[:-1] if nt == END or nt == ALT else cur[:-1] + (pos + 1,)
+                rid = values[pos]
+                for sub in alts.get(rid) or self.alternatives(rid):
                     t = types[sub]
-                    todo.append(base if t == END or t == ALT else base + (sub,))
+                    push(base if t == END or t == ALT else base + (sub,))
             elif t in _TERMINAL:
-                if cur not in outset:
-                    outset.add(cur)
-                    out.append(cur)
+                out.append(cur)
             else:
                 raise GrammarStateError(f"stack top at a non-terminal element (type {t}) at position {pos}")
         res = tuple(out)
