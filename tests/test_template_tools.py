@@ -25,7 +25,7 @@ import pytest
 from constrained.chat import ChatTemplates, jinja_env
 from constrained.server.chat_api import chat_params
 from constrained.server.errors import HttpError
-from tests.oracle.render import chat_apply, render
+from tests.oracle.render import chat_apply, chat_apply_model, render
 from tests.oracle.sdist import llama_cpp_source
 
 TEMPLATES = sorted(p.name for p in (Path(llama_cpp_source()) / "models" / "templates").glob("*.jinja"))
@@ -164,8 +164,49 @@ def test_tool_call_shapes_as_llama_server(template: str) -> None:
     ("{{ 'a=' + {'k': 'v', 'n': [1, none, true]} }}", "a={'k': 'v', 'n': [1, None, True]}"),
     ("{{ 'q' + \"it's\" }}|{{ 'n=' + 2 }}|{{ 'f=' + 2.50 }}", "qit's|n=2|f=2.5"),
     ("{{ [1] + [2] }}|{{ 1 + 2 }}|{{ 1 + 2.5 }}", "12|3|3.5"),
+    ("{% set t = {'a': 1} %}[{{ t.b.c }}{{ u['a'] }}{{ t.b.items() | list }}]{% for k, v in t.b.items() %}{{ k }}"
+     "{% endfor %}|{{ t.b | length }}|{{ t.b is defined }}|{{ u.v ~ 'a' }}|{{ u.upper() ~ u.length() }}"
+     "|{{ u.first() is defined }}|{{ u.default('d') }}", "[]|0|False|a|0|False|d"),
+    ("{% set n = none %}{{ n[0] }}", None),
+    ("{{ u() }}", None),
 ])
-def test_environment_as_llama_cpp(expr: str, want: str) -> None:
-    # the behaviours the templates above depend on, each checked against the engine itself
-    assert render(expr, {"messages": []}) == {"prompt": want}
+def test_environment_as_llama_cpp(expr: str, want: str | None) -> None:
+    # the behaviours the templates above depend on, each checked against the engine itself (None: an error)
+    theirs = render(expr, {"messages": []})
+    if want is None:
+        assert "error" in theirs
+        with pytest.raises(Exception):  # noqa: B017 - jinja2's or ours, as ChatTemplates.render_jinja catches them
+            jinja_env.environment().from_string(expr).render()
+        return
+    assert theirs == {"prompt": want}
     assert jinja_env.environment().from_string(expr).render() == want
+
+
+@pytest.fixture(scope="module")
+def command_r() -> tuple[str, ChatTemplates]:
+    """ggml-vocab-command-r.gguf (vocabulary only): a GGUF with a default and a ``tool_use`` template."""
+    import llama_cpp
+    from llama_cpp import llama_cpp as L
+
+    path = str(Path(llama_cpp_source()) / "models" / "ggml-vocab-command-r.gguf")
+    mp = L.llama_model_default_params()
+    mp.vocab_only = True
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    assert model, path
+    try:
+        t = ChatTemplates.from_model(model, L.llama_model_get_vocab(model))
+    finally:
+        L.llama_model_free(model)
+    assert t.tool_use and t.tool_use != t.source and llama_cpp
+    return path, t
+
+
+@pytest.mark.parametrize("case", ["tools", "call-result", "parallel-null-content", "no-tools"])
+def test_tool_use_template_as_llama_server(command_r: tuple[str, ChatTemplates], case: str) -> None:
+    # common_chat_templates_apply_jinja renders a request with tools with the GGUF's tool_use template
+    path, t = command_r
+    msgs = CONVERSATIONS["tools" if case == "no-tools" else case]
+    body = {"messages": _string_args(msgs)} if case == "no-tools" else {"messages": _string_args(msgs), "tools": TOOLS}
+    want = chat_apply_model(path, body)
+    got = chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]
+    assert got == want.get("prompt"), want

@@ -186,6 +186,17 @@ def _default(value: Any, default_value: Any = "", boolean: bool = False) -> Any:
     return value
 
 
+# value_undefined_t::get_builtins (value.cpp:1374-1405): the empty value each method of an undefined value gives
+# (None: undefined)
+_UNDEFINED_EMPTY: dict[str, Any] = {
+    **dict.fromkeys(("capitalize", "join", "lower", "replace", "safe", "string", "strip", "title", "truncate",
+                     "upper"), ""),
+    **dict.fromkeys(("items", "list", "map", "reject", "rejectattr", "reverse", "select", "selectattr", "sort",
+                     "unique"), []),
+    **dict.fromkeys(("length", "sum", "wordcount"), 0),
+    **dict.fromkeys(("first", "last", "max", "min"), None),
+}
+
 _ARRAY_FILTERS = ("map", "select", "reject", "selectattr", "rejectattr")
 
 
@@ -234,12 +245,23 @@ def environment() -> Any:
         # as llama.cpp's engine (after huggingface.js's jinja): trim_blocks and lstrip_blocks on, the final
         # newline dropped, {% generation %} blocks rendered as their content
         class _Undefined(jinja2.Undefined):
-            # llama.cpp's engine: an undefined value concatenates as the empty string
-            def __add__(self, other: Any) -> Any:
-                return other if isinstance(other, str) else jinja2.Undefined.__add__(self, other)
+            # llama.cpp's engine (runtime.cpp member_expression, value.cpp value_undefined_t::get_builtins): a
+            # member or item of an undefined value is undefined, its built-in methods give empty values
+            # (`x.missing.items()` is an empty list), calling it is an error
+            __slots__ = ()
 
-            def __radd__(self, other: Any) -> Any:
-                return other if isinstance(other, str) else jinja2.Undefined.__radd__(self, other)
+            def __getattr__(self, name: str) -> Any:
+                if name[:2] == "__":
+                    raise AttributeError(name)
+                if name == "default":
+                    return lambda value="", *a, **k: value
+                if name in _UNDEFINED_EMPTY:
+                    empty = _UNDEFINED_EMPTY[name]
+                    return lambda *a, **k: type(self)() if empty is None else type(empty)()
+                return type(self)()
+
+            def __getitem__(self, key: Any) -> Any:
+                return type(self)()
 
         class _CodeGenerator(CodeGenerator):
             # a ~ b: runtime.cpp's rules (jinja2 joins str() of every operand), never folded as a constant
@@ -263,6 +285,12 @@ def environment() -> Any:
 
             def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
                 return _plus(left, right, operator)
+
+            def getitem(self, obj: Any, argument: Any) -> Any:
+                # member_expression on none, a number or a boolean: only a name (a built-in) may be asked for
+                if (obj is None or isinstance(obj, (int, float))) and not isinstance(argument, str):
+                    raise TypeError(f"Cannot access property with non-string: got {_type_name(argument)}")
+                return super().getitem(obj, argument)
 
         env = _Env(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=False, undefined=_Undefined,
                    finalize=_output, extensions=["jinja2.ext.loopcontrols", _GenerationBlock])

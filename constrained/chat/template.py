@@ -75,6 +75,25 @@ class ChatTemplates:
         self.add_eos = add_eos
         self._compiled: Any = None
 
+    def for_tools(self) -> ChatTemplates:
+        """The templates a request with tools is rendered with: the GGUF's ``tool_use`` template when there is one
+        (``common_chat_templates_apply_jinja``, chat.cpp:1229-1230; as llama.cpp, without the two patches of the
+        default template), else these.
+
+        >>> ChatTemplates("{{ 'default' }}", "{{ 'tools' }}").for_tools().source
+        "{{ 'tools' }}"
+        """
+        if not self.tool_use:
+            return self
+        t = getattr(self, "_for_tools", None)
+        if t is None:
+            t = ChatTemplates(self.tool_use, self.tool_use, bos_token=self.bos_token, eos_token=self.eos_token,
+                              add_bos=self.add_bos, add_eos=self.add_eos)
+            t.source = self.tool_use
+            t.has_explicit_template = self.has_explicit_template
+            self._for_tools = t
+        return t
+
     @classmethod
     def from_model(cls, model: Any, vocab: Any, override: str | None = None) -> ChatTemplates:
         """From a ``llama_model`` pointer and its ``llama_vocab`` pointer (llama-cpp-python's C API)."""

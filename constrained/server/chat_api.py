@@ -61,6 +61,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out: dict[str, Any] = {}
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
+    if jinja and has_tools:                   # the GGUF's tool_use template renders requests with tools
+        templates = templates.for_tools()
     tool_choice = _jv(body, "tool_choice", "auto", str)
     if not jinja:
         if has_tools:

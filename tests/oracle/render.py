@@ -21,6 +21,8 @@ def _lib() -> ctypes.CDLL:
         fn = getattr(lib, name)
         fn.argtypes = [ctypes.c_char_p] * 4
         fn.restype = ctypes.c_void_p
+    lib.chat_apply_model_shim.argtypes = [ctypes.c_char_p] * 2
+    lib.chat_apply_model_shim.restype = ctypes.c_void_p
     lib.chat_parse_body_shim.argtypes = [ctypes.c_char_p] * 3
     lib.chat_parse_body_shim.restype = ctypes.c_void_p
     lib.render_free.argtypes = [ctypes.c_void_p]
@@ -62,3 +64,14 @@ def chat_parse_body(template: str, body: dict[str, Any], texts: list[tuple[str, 
     if isinstance(out, dict):
         raise RuntimeError(out["error"])
     return out
+
+
+def chat_apply_model(gguf_path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """:func:`chat_apply` with the templates of a GGUF (its default and ``tool_use`` templates, BOS/EOS texts):
+    ``{"prompt"}`` or ``{"error"}``."""
+    lib = _lib()
+    p = lib.chat_apply_model_shim(gguf_path.encode(), json.dumps(body).encode())
+    try:
+        return json.loads(ctypes.string_at(p).decode("utf-8"))
+    finally:
+        lib.render_free(p)

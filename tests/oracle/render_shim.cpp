@@ -17,16 +17,20 @@
 // texts_json as common_chat_parse does for the server (generation_prompt + text, lenient): an array of
 // {"ok": true, "msg": <to_json_oaicompat>} or {"ok": false, "error"} (a setup error: one {"error"} object).
 //
+// chat_apply_model_shim(gguf_path, body_json) is chat_apply_shim with a GGUF's own templates (loaded vocab-only).
+//
 // All answer a malloc'ed JSON ({"prompt"} or {"error"} for the first two), freed with render_free.
 
 #include "chat-auto-parser.h"
 #include "chat.h"
 #include "json.h"
+#include "llama.h"
 
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 std::string common_chat_template_direct_apply_impl(const common_chat_template & tmpl,
@@ -94,6 +98,30 @@ extern "C" char * chat_apply_shim(const char * src, const char * bos, const char
         out["prompt"] = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body)).prompt;
     } catch (const std::exception & e) {
         out["error"] = e.what();
+    }
+    return dup_string(out.dump());
+}
+
+// chat_apply_model_shim(gguf_path, body_json): chat_apply_shim for the templates of a GGUF (loaded vocab-only):
+// common_chat_templates_init(model, "") picks its default and tool_use templates and BOS/EOS texts.
+extern "C" char * chat_apply_model_shim(const char * gguf_path, const char * body_json) {
+    common_json out;
+    llama_model * model = nullptr;
+    try {
+        auto mp       = llama_model_default_params();
+        mp.vocab_only = true;
+        model = llama_model_load_from_file(gguf_path, mp);
+        if (model == nullptr) {
+            throw std::runtime_error(std::string("failed to load ") + gguf_path);
+        }
+        auto body  = common_json::parse(body_json);
+        auto tmpls = common_chat_templates_init(model, "");
+        out["prompt"] = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body)).prompt;
+    } catch (const std::exception & e) {
+        out["error"] = e.what();
+    }
+    if (model != nullptr) {
+        llama_model_free(model);
     }
     return dup_string(out.dump());
 }
