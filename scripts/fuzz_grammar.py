@@ -104,6 +104,7 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
     import numpy as np
 
     from constrained.grammar import mask as M
+    from constrained.grammar import packing
     from constrained.grammar.tokenindex import vocab_index
 
     idx = vocab_index(vocab)
@@ -118,8 +119,8 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
     def reference(m):  # noqa: ANN001, ANN202
         cg = m.compiled
         g = cg.rules
-        old = M.COMPILED_HELPERS
-        M.COMPILED_HELPERS = False
+        old = packing.COMPILED_HELPERS
+        packing.COMPILED_HELPERS = False
         try:
             if m.partial_utf8[1] > 0:
                 pt = fresh(idx.partial_table(*m.partial_utf8))
@@ -129,7 +130,7 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
                 t = fresh(idx.table)
                 b = M.by_id(t, M.walk_py(g, t, m.stacks))
         finally:
-            M.COMPILED_HELPERS = old
+            packing.COMPILED_HELPERS = old
         b[idx.eog_ids] = m.can_end()
         return b
 

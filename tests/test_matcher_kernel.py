@@ -22,6 +22,8 @@ import pytest
 from constrained import Grammar
 from constrained.errors import GrammarLimitError
 from constrained.grammar import mask as M
+from constrained.grammar import packing as P
+from constrained.grammar import walk_python as W
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.json_schema import json_schema_to_gbnf
 from tests.matcher_support import oracle_vocab, parity_grammars, parity_walk, parse_gbnf, pick_token
@@ -56,17 +58,17 @@ def test_walk_kernel_is_built() -> None:
 
 @contextlib.contextmanager
 def _thresholds(th: tuple[int, int] | None) -> Iterator[None]:
-    old = M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, M.RANGE_MAX_STACKS
-    M.RANGE_MAX_STACKS = M.KERNEL_RANGE_MAX_STACKS     # the Python walk takes the compiled walk's settings
+    old = W.LOOP_MIN_ROWS, W.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, W.RANGE_MAX_STACKS
+    W.RANGE_MAX_STACKS = M.KERNEL_RANGE_MAX_STACKS     # the Python walk takes the compiled walk's settings
     if th is None:                                  # the defaults, the compiled walk's ranges included
-        M.RANGE_MIN_ROWS = M.KERNEL_RANGE_MIN_ROWS
+        W.RANGE_MIN_ROWS = M.KERNEL_RANGE_MIN_ROWS
     else:
-        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS = th
+        W.LOOP_MIN_ROWS, W.RANGE_MIN_ROWS = th
         M.KERNEL_RANGE_MIN_ROWS = th[1]
     try:
         yield
     finally:
-        M.LOOP_MIN_ROWS, M.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, M.RANGE_MAX_STACKS = old
+        W.LOOP_MIN_ROWS, W.RANGE_MIN_ROWS, M.KERNEL_RANGE_MIN_ROWS, W.RANGE_MAX_STACKS = old
 
 
 def _run(f, g, t, stacks, pops: bool, seed: np.ndarray | None = None):  # noqa: ANN001, ANN202
@@ -176,12 +178,12 @@ def test_walk_kernel_refuses_malformed_stacks() -> None:
 
 @contextlib.contextmanager
 def _helpers(on: bool) -> Iterator[None]:
-    old = M.COMPILED_HELPERS
-    M.COMPILED_HELPERS = on
+    old = P.COMPILED_HELPERS
+    P.COMPILED_HELPERS = on
     try:
         yield
     finally:
-        M.COMPILED_HELPERS = old
+        P.COMPILED_HELPERS = old
 
 
 @needs_kernel

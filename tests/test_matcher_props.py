@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from constrained.grammar import mask as mask_mod
+from constrained.grammar import walk_python
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.grammar.tokenindex import apply_view, decode_utf8
 from constrained.vocab import Vocabulary
@@ -85,13 +86,13 @@ def test_fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.Data
 
 @contextlib.contextmanager
 def _small_thresholds(loop_range: tuple[int, int]):  # noqa: ANN202
-    old = mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS
-    mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS = loop_range
+    old = walk_python.LOOP_MIN_ROWS, walk_python.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS
+    walk_python.LOOP_MIN_ROWS, walk_python.RANGE_MIN_ROWS = loop_range
     mask_mod.KERNEL_RANGE_MIN_ROWS = loop_range[1]      # the compiled walk (the default path) takes the same
     try:
         yield
     finally:
-        mask_mod.LOOP_MIN_ROWS, mask_mod.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS = old
+        walk_python.LOOP_MIN_ROWS, walk_python.RANGE_MIN_ROWS, mask_mod.KERNEL_RANGE_MIN_ROWS = old
 
 
 def _fast_mask_equals_exact_port(pieces: list[bytes], gi: int, data: st.DataObject) -> None:

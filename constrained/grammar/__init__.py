@@ -5,8 +5,13 @@
 - :mod:`.grammar`: :class:`Grammar`, the immutable parsed grammar and its constructors (GBNF, bundled, JSON schema).
 - :mod:`.stacks`: the pushdown stacks of ``llama_grammar_advance_stack`` / ``accept``.
 - :mod:`.tokenindex`: the vocabulary preprocessed for the mask walk.
-- :mod:`.mask`: the vocabulary mask walk and its caches.
-- :mod:`.matcher`: :class:`GrammarMatcher`, the matcher verbs (``allows``, ``mask``, ``accept_token``...).
+- :mod:`.mask`: the vocabulary mask walk's driver (the compiled walk ``_walk``) and the per-suffix walk; below it
+  :mod:`.walk_python` (the Python reference walk), :mod:`.charclass` (the table through one character class),
+  :mod:`.packing` (rows <-> token-id bits) and :mod:`.limits` (``MatcherLimits``, the work budget).
+- :mod:`.token_mask_cache`: the adaptive token mask cache (``TokenMaskCache``, the masks of a set of stacks).
+- :mod:`.matcher`: :class:`CompiledGrammar` and :class:`GrammarMatcher`, the matcher verbs (``allows``, ``mask``,
+  ``accept_token``...).
+- :mod:`.bitmask`, :mod:`.lazy`: packed token bitmasks; lazy grammars with triggers.
 
 This layer imports :mod:`constrained.errors`, :mod:`constrained.vocab`, :mod:`constrained.json_schema` (the
 schema front end, which produces GBNF text) and the bundled grammars; nothing above them.

@@ -35,14 +35,11 @@ The parts live in lower modules, all re-exported here: :mod:`.limits` (``Matcher
 
 from __future__ import annotations
 
-import sys
-import types
 from array import array
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import packing as _packing
 from . import walk_python as _walk_python
 
 # the names below were all defined here before the split: they stay importable from this module
@@ -68,30 +65,8 @@ from .walk_python import _ALL, _acc_range, _acc_stack, _acc_stacks, _rows_walk, 
 
 # the extension (``_walk_ext``, ``PURE``, ``IMPORT_ERROR``) is loaded once, by the lower module stacks.py
 
-_SETTINGS: dict[str, types.ModuleType] = {
-    "COMPILED_HELPERS": _packing, "LOOP_MIN_ROWS": _walk_python, "RANGE_MIN_ROWS": _walk_python,
-    "RANGE_MAX_STACKS": _walk_python, "RANGE_DEPTH": _walk_python}
-"""The walk's settings that live in the lower modules which read them: ``mask.X`` reads and assignments
-(``mask.LOOP_MIN_ROWS = 0`` in the tests) go to that module, so there is one value of each."""
-
-
-def __getattr__(name: str) -> object:
-    home = _SETTINGS.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(home, name)
-
-
-class _Module(types.ModuleType):
-    def __setattr__(self, name: str, value: object) -> None:
-        home = _SETTINGS.get(name)
-        if home is not None:
-            setattr(home, name, value)
-        else:
-            super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Module
+# the walk's settings (``LOOP_MIN_ROWS``, ``RANGE_*``; ``COMPILED_HELPERS``) live in the modules that read them,
+# walk_python and packing: set them there (one value each)
 
 
 def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,

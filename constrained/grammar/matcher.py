@@ -30,7 +30,6 @@ from ..vocab import Vocabulary
 from .ir import ParsedGrammar
 from .mask import (
     DEFAULT_MATCHER_LIMITS,
-    LOOP_MIN_ROWS,
     MatcherLimits,
     _first_count,
     _loop_parts,
@@ -57,6 +56,7 @@ from .token_mask_cache import (
     _vocab_caches,
 )
 from .tokenindex import decode_utf8, vocab_index
+from .walk_python import LOOP_MIN_ROWS
 
 __all__ = ["CompiledGrammar", "GrammarMatcher", "MatcherLimits", "TokenIdError", "compile_grammar"]
 
