@@ -11,7 +11,8 @@ crashes (the worker died), hangs (a case past the time limit), mask mismatches a
 over a real vocabulary instead, where the compiled walk's shortcuts and helpers take over (loop and chain shortcuts,
 trie ranges, the wide classes prepared at compile, packing by id, the seeded direct walk, ``fill_bits_for``): each
 mask is then compared with the Python reference walk of the state (``mask.walk_py`` over a fresh copy of the table,
-numpy helpers, no per-position caches), and each packed row with the mask.
+numpy helpers, no per-position caches), and each packed row with the mask. Every mask check also compares the
+compiled stack expansion (``GrammarRules.advance``) with its Python reference on the state's stacks.
 """
 
 from __future__ import annotations
@@ -137,6 +138,26 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
     return reference
 
 
+def _advance_differs(g, stacks) -> bool:  # noqa: ANN001
+    """Whether the compiled ``GrammarRules.advance`` (where built) and ``advance_py`` differ on the stacks after one
+    code point of the state's class-topped stacks and on their prefixes (stacks or the same exception)."""
+    def run(f, s):  # noqa: ANN001, ANN202
+        try:
+            return f(s)
+        except Exception as e:  # noqa: BLE001 - the exception must be the same
+            return (type(e).__name__, str(e))
+
+    for st in stacks[:16]:
+        cases = [st[:k] for k in range(len(st) + 1)]
+        if st and st[-1] in g.classes:
+            cases.append(g.after_char(st))
+        for c in cases:
+            got = run(g.advance_compiled, c)
+            if got is not None and got != run(g.advance_py, c):
+                return True
+    return False
+
+
 def _worker(conn, mem_gb: float, case_seconds: float, vocab_name: str | None = None) -> None:  # noqa: ANN001, C901
     resource.setrlimit(resource.RLIMIT_AS, (int(mem_gb * (1 << 30)),) * 2)
     signal.signal(signal.SIGALRM, _alarm)
@@ -195,6 +216,10 @@ def _worker(conn, mem_gb: float, case_seconds: float, vocab_name: str | None = N
                             if not np.array_equal(mask, reference_mask(m)):
                                 tally["mismatch"] += 1
                                 bad.append(("mismatch", seed, text[:200]))
+                                break
+                            if _advance_differs(m.compiled.rules, m.stacks):
+                                tally["mismatch"] += 1
+                                bad.append(("advance mismatch", seed, text[:200]))
                                 break
                             m.compiled.fill_bits_for(m.stacks, m.partial_utf8, row, state_cache=rng.random() < 0.5)
                             if not np.array_equal(row[:-1], np.packbits(mask, bitorder="little")):

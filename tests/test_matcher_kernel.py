@@ -328,3 +328,106 @@ def test_fill_bits_equal_the_mask(vocab_name: str) -> None:
     assert checked > 50
     with pytest.raises(TypeError):
         cg.fill_bits_for(cg.initial_stacks, (0, 0), np.zeros(4, dtype=np.uint8))
+
+
+def _advance_both(g, stack: tuple) -> tuple[object, object, bool]:  # noqa: ANN001
+    """(Python reference, compiled default path, whether the compiled code answered itself) for one stack."""
+    def run(f) -> object:  # noqa: ANN001
+        try:
+            return ("stacks", f(stack))
+        except Exception as e:  # noqa: BLE001 - the exception type and message must be the same
+            return (type(e).__name__, str(e))
+
+    py = run(g.advance_py)
+    c = run(g.advance_compiled)
+    own = c != ("stacks", None)
+    g._advance_memo.clear()
+    assert run(g.advance) == py         # the default (memoised) path
+    return py, c if own else py, own
+
+
+def _hostile_grammars() -> dict[str, tuple[str, bytes]]:
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_grammar_hostile.py"
+    spec = importlib.util.spec_from_file_location("bench_grammar_hostile", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return {name: (gbnf, doc) for name, (gbnf, doc, _) in mod._workloads().items()}
+
+
+@needs_kernel
+def test_compiled_advance_equals_python() -> None:
+    """``_walk.advance`` (GrammarRules.advance's default path) gives the stacks of ``advance_py`` in the same order,
+    or the same exception: every single position of every parity, extra and hostile grammar (END/ALT/range
+    elements at the top included), every prefix of every stack met teacher-forcing the hostile documents and
+    along the code points of the parity grammars' states, deep nesting, out-of-range positions (left to the
+    Python loop), and the ``max_stacks`` limit at several sizes."""
+    from constrained.grammar import stacks as S
+    from constrained.grammar.stacks import GrammarRules
+
+    vm, vocab = oracle_vocab("llama-spm")
+    texts = {**_grammars("llama-spm")}
+    docs = {}
+    for name, (gbnf, doc) in _hostile_grammars().items():
+        texts[f"hostile-{name}"] = gbnf
+        docs[f"hostile-{name}"] = doc
+    deep = "root ::= " + "".join(f'"(" ( r{i} | "x" ) ")"\nr{i} ::= ' for i in range(150)) + '"y" | "z" root'
+    texts["deep"] = deep
+    rng = np.random.default_rng(16)
+    n = own_n = errors = 0
+    for name, text in texts.items():
+        g = GrammarRules(parse_gbnf(text, vocab=vocab))
+        cases: dict[tuple, None] = {}
+        for p in range(len(g.types)):
+            cases[(p,)] = None
+            cases[(g.bottom, p)] = None
+        stacks = g.initial_stacks()
+        doc = docs.get(name)
+        cps = list(doc.decode()) if doc else []
+        for i in range(min(len(cps), 300) if doc else 40):
+            for s in stacks:
+                for k in range(len(s) + 1):
+                    cases[s[:k]] = None
+                if s and s[-1] in g.classes:
+                    cases[g.after_char(s)] = None
+            if not stacks:
+                break
+            if doc:
+                cp = ord(cps[i])
+            else:
+                tops = [s for s in stacks if s and s[-1] in g.classes]
+                if not tops:
+                    break
+                ranges = g.ranges(tops[rng.integers(len(tops))][-1])
+                if not ranges:
+                    break
+                lo, hi = ranges[int(rng.integers(len(ranges)))]
+                cp = int(rng.integers(lo, min(hi, lo + 50) + 1))
+            try:
+                stacks = g.accept_char(stacks, cp)
+            except S.GrammarLimitError:
+                break
+        for bad in ((-1,), (len(g.types),), (len(g.types) + 7, 0), (2**40,), (0, -3)):
+            cases[bad] = None
+        for stack in cases:
+            py, c, own = _advance_both(g, stack)
+            assert py == c, (name, stack, py, c)
+            n += 1
+            own_n += own
+            errors += py[0] != "stacks"
+    print(f"{n} stacks, {own_n} answered by the compiled code, {errors} errors")
+    assert n > 20_000 and own_n > 0.95 * n and errors > 500, (n, own_n, errors)
+
+    # the max_stacks limit: the same error at the same point, and the same stacks just under it
+    raised = 0
+    for text in (AMBIGUOUS, texts["hostile-chat"], deep):
+        g = GrammarRules(parse_gbnf(text, vocab=vocab))
+        for limit in (1, 2, 3, 5, 8, 13, 100):
+            g.max_stacks = limit
+            for p in range(len(g.types)):
+                py, c, own = _advance_both(g, (g.bottom, p))
+                assert py == c and (own or p == len(g.types) - 1), (limit, p, py, c)
+                raised += py[0] == "GrammarLimitError"
+    assert raised > 100

@@ -1192,6 +1192,10 @@ PyMethodDef module_methods[] = {
     {"set_bits", (PyCFunction)walk_helpers::set_bits, METH_VARARGS, "Ids set in a packed row (LSB first), in place."},
     {"first_rows", (PyCFunction)walk_helpers::first_rows, METH_VARARGS,
      "The rows whose first code point a class matches, ascending (mask._first_rows)."},
+    {"advance_table", (PyCFunction)walk_helpers::advance_table, METH_VARARGS,
+     "The element table of advance (types, rule refs, alternatives) as bytes."},
+    {"advance", (PyCFunction)walk_helpers::advance, METH_VARARGS,
+     "GrammarRules.advance: the stacks one stack expands to (an int error code, or None: use the Python loop)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef Kernel_methods[] = {

@@ -61,6 +61,10 @@ COMPILED_DIGEST = True
 """Whether :meth:`GrammarRules._closure_digest` uses the compiled byte stream where it is built (the tests turn it
 off to compare against the Python reference, :meth:`GrammarRules._closure_bytes_py`)."""
 
+COMPILED_ADVANCE = True
+"""Whether :meth:`GrammarRules.advance` uses the compiled expansion where it is built (the tests turn it off to
+compare against the Python reference, :meth:`GrammarRules.advance_py`)."""
+
 CANON_MAX_ELEMENTS = 1024
 """Suffixes whose reachable rules hold more elements than this are not shared between grammars: the structural
 key would cost more to build than it saves (their per-suffix walks are keyed on the grammar instead)."""
@@ -250,6 +254,7 @@ class GrammarRules:
         self.max_stacks = MAX_STACKS
         self.max_accept_work = MAX_ACCEPT_WORK
         self._alts: dict[int, tuple[int, ...]] = {}
+        self._advance_table: bytes | None = None     # built on the first compiled advance
 
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
@@ -457,12 +462,43 @@ class GrammarRules:
 
     # as llama_grammar_advance_stack (LIFO work list, seen set, output in discovery order)
     def advance(self, stack: Stack) -> Stacks:
-        """The stacks ``stack`` expands to, each with a terminal on top or empty (memoised)."""
+        """The stacks ``stack`` expands to, each with a terminal on top or empty (memoised; the compiled twin
+        :meth:`advance_compiled` where built, else :meth:`advance_py`)."""
         memo = self._advance_memo.get(stack)
         if memo is not None:
             self._advance_memo.hits += 1
             return memo
         self._advance_memo.misses += 1
+        res = self.advance_compiled(stack) if COMPILED_ADVANCE else None
+        if res is None:                     # not built, switched off, or a case it leaves to the reference
+            res = self.advance_py(stack)
+        self._advance_memo.put(stack, res, 4 + len(stack) + sum(map(len, res)) + 4 * len(res))
+        return res
+
+    def advance_compiled(self, stack: Stack) -> Stacks | None:
+        """:meth:`advance_py` by the compiled extension (not memoised): the same stacks in the same order, or the
+        same exception; None where the extension is not built or leaves the case to the Python loop (a position
+        outside the element vector, a value past 32 bits)."""
+        if _walk_ext is None or type(stack) is not tuple:
+            return None
+        table = self._advance_table
+        if table is None:
+            try:
+                table = _walk_ext.advance_table(self.types, self.values, self.rule_start, self.bottom, RULE_REF, ALT)
+            except (ValueError, OverflowError):
+                table = b""
+            self._advance_table = table
+        if not table:
+            return None
+        res = _walk_ext.advance(table, stack, self.max_stacks, RULE_REF, END, ALT, _TERMINAL)
+        if type(res) is int:                # the errors advance_py raises, at the same point of the same loop
+            if res < 0:
+                raise _too_many(self.max_stacks, "expanding one stack")
+            raise GrammarStateError(f"stack top at a non-terminal element (type {self.types[res]}) at position {res}")
+        return res
+
+    def advance_py(self, stack: Stack) -> Stacks:
+        """The Python reference of :meth:`advance` (not memoised)."""
         types, values, alts, max_stacks = self.types, self.values, self._alts, self.max_stacks
         out: list[Stack] = []
         todo = [stack]
@@ -491,9 +527,7 @@ class GrammarRules:
                 out.append(cur)
             else:
                 raise GrammarStateError(f"stack top at a non-terminal element (type {t}) at position {pos}")
-        res = tuple(out)
-        self._advance_memo.put(stack, res, 4 + len(stack) + sum(map(len, res)) + 4 * len(res))
-        return res
+        return tuple(out)
 
     def advance_into(self, stack: Stack, out: list[Stack], outset: set[Stack]) -> None:
         """``llama_grammar_advance_stack(rules, stack, new_stacks)`` appending to an existing output."""
