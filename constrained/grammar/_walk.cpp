@@ -890,14 +890,7 @@ PyObject* pack_ids(PyObject*, PyObject* args) {
                 PyErr_SetString(PyExc_ValueError, "pack_ids: inv must map every id to a row");
                 return nullptr;
             }
-            Py_ssize_t count = 0, r8 = 0;
-            for (; r8 + 8 <= acc.len; r8 += 8) {
-                uint64_t word;
-                std::memcpy(&word, a + r8, 8);
-                count += (Py_ssize_t)((word * 0x0101010101010101ULL) >> 56);   // bool bytes: their sum
-            }
-            for (; r8 < acc.len; r8++) count += a[r8] != 0;
-            if (count * 64 > nbits) {   // dense: scattered to id order as bytes, then packed in order
+            if (walk_helpers::count_rows(a, acc.len) * 64 > nbits) {   // dense: scattered to id order as bytes, then packed in order
                 std::vector<uint8_t> by(((size_t)nbits + 7) & ~(size_t)7, 0);
                 for (Py_ssize_t r = 0; r < acc.len; r++) {
                     int64_t i = id[r];
@@ -917,26 +910,16 @@ PyObject* pack_ids(PyObject*, PyObject* args) {
                 return o;
             }
         }
-        Py_ssize_t r = 0;
-        while (r < acc.len) {
-            if (r + 8 <= acc.len) {   // eight rows at a time where none is accepted (the usual case)
-                uint64_t word;
-                std::memcpy(&word, a + r, 8);
-                if (!word) {
-                    r += 8;
-                    continue;
-                }
+        const bool ok = walk_helpers::for_each_row(a, acc.len, true, [&](Py_ssize_t r) {
+            int64_t i = id[r];
+            if (i < 0 || i >= nbits) {
+                PyErr_SetString(PyExc_ValueError, "pack_ids: id out of range");
+                return false;
             }
-            if (a[r]) {
-                int64_t i = id[r];
-                if (i < 0 || i >= nbits) {
-                    PyErr_SetString(PyExc_ValueError, "pack_ids: id out of range");
-                    return nullptr;
-                }
-                bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
-            }
-            r++;
-        }
+            bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
+            return true;
+        });
+        if (!ok) return nullptr;
         PyObject* o = out.p;
         out.p = nullptr;
         return o;

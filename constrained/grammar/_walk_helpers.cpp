@@ -227,39 +227,21 @@ PyObject* first_rows(PyObject*, PyObject* args) {
 // bytes. False (a Python error set) on an id or row out of range.
 bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ssize_t n, uint8_t* bits) {
     const Py_ssize_t nb = (n + 7) / 8;
-    Py_ssize_t count = 0, r8 = 0;
-    for (; r8 + 8 <= n; r8 += 8) {
-        uint64_t word;
-        std::memcpy(&word, a + r8, 8);
-        count += (Py_ssize_t)(((word & 0x0101010101010101ULL) * 0x0101010101010101ULL) >> 56);
-    }
-    for (; r8 < n; r8++) count += a[r8] != 0;
+    const Py_ssize_t count = count_rows(a, n);
     const bool sparse = count * 64 <= n, full = (n - count) * 64 <= n;
     if (sparse || full) {   // scatter the few rows on the other side, eight rows at a time where none is there
-        const uint64_t skip = sparse ? 0 : 0x0101010101010101ULL;
         std::memset(bits, sparse ? 0 : 0xFF, (size_t)nb);
         if (!sparse && n % 8) bits[nb - 1] = (uint8_t)(0xFF << (8 - n % 8));   // no bits past the n ids
-        for (Py_ssize_t r = 0; r < n;) {
-            if (r + 8 <= n) {
-                uint64_t word;
-                std::memcpy(&word, a + r, 8);
-                if (word == skip) {   // bool bytes: 0 or 1 each (any other byte is read one by one below)
-                    r += 8;
-                    continue;
-                }
+        return for_each_row(a, n, sparse, [&](Py_ssize_t r) {
+            uint32_t i = (uint32_t)id[r];
+            if (i >= (uint32_t)n) {
+                PyErr_SetString(PyExc_ValueError, "pack: id out of range");
+                return false;
             }
-            if ((a[r] != 0) == sparse) {
-                uint32_t i = (uint32_t)id[r];
-                if (i >= (uint32_t)n) {
-                    PyErr_SetString(PyExc_ValueError, "pack: id out of range");
-                    return false;
-                }
-                if (sparse) bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
-                else bits[i >> 3] &= (uint8_t)~(0x80 >> (i & 7));
-            }
-            r++;
-        }
-        return true;
+            if (sparse) bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
+            else bits[i >> 3] &= (uint8_t)~(0x80 >> (i & 7));
+            return true;
+        });
     }
     if (inv) {   // dense both ways: gathered in id order
         for (Py_ssize_t j = 0; j < nb; j++) {
@@ -362,25 +344,16 @@ PyObject* set_rows(PyObject*, PyObject* args) {
     uint8_t* m = (uint8_t*)vm.v.buf;
     const uint8_t* a = (const uint8_t*)va.v.buf;
     const int32_t* id = (const int32_t*)vi.v.buf;
-    for (Py_ssize_t r = 0; r < n;) {
-        if (r + 8 <= n) {   // eight rows at a time where none is accepted
-            uint64_t word;
-            std::memcpy(&word, a + r, 8);
-            if (!word) {
-                r += 8;
-                continue;
-            }
+    const bool ok = for_each_row(a, n, true, [&](Py_ssize_t r) {
+        uint32_t t = (uint32_t)id[r];
+        if (t >= (uint32_t)nm) {
+            PyErr_SetString(PyExc_ValueError, "set_rows: id out of range");
+            return false;
         }
-        if (a[r]) {
-            uint32_t t = (uint32_t)id[r];
-            if (t >= (uint32_t)nm) {
-                PyErr_SetString(PyExc_ValueError, "set_rows: id out of range");
-                return nullptr;
-            }
-            m[t] = 1;
-        }
-        r++;
-    }
+        m[t] = 1;
+        return true;
+    });
+    if (!ok) return nullptr;
     Py_RETURN_NONE;
 }
 
