@@ -106,21 +106,15 @@ struct Eq {
     bool operator()(uint32_t x, uint32_t y) const { return a->equal(x, y); }
 };
 
-}  // namespace
-
-namespace {
-PyObject* advance_table_impl(PyObject* args);
-}
-
-PyObject* advance_table(PyObject*, PyObject* args) {
+// impl(args), its std::bad_alloc answered as MemoryError
+PyObject* guarded(PyObject* (*impl)(PyObject*), PyObject* args) {
     try {
-        return advance_table_impl(args);
+        return impl(args);
     } catch (const std::bad_alloc&) {
         return PyErr_NoMemory();
     }
 }
 
-namespace {
 PyObject* advance_table_impl(PyObject* args) {
     PyObject *types_o, *values_o, *starts_o;
     long long bottom;
@@ -164,21 +158,7 @@ PyObject* advance_table_impl(PyObject* args) {
     if (!alts.empty()) std::memcpy(w + 3 + 2 * n + n_rules + 1, alts.data(), alts.size() * 4);
     return b;
 }
-}  // namespace
 
-namespace {
-PyObject* advance_impl(PyObject* args);
-}
-
-PyObject* advance(PyObject*, PyObject* args) {
-    try {
-        return advance_impl(args);
-    } catch (const std::bad_alloc&) {
-        return PyErr_NoMemory();
-    }
-}
-
-namespace {
 PyObject* advance_impl(PyObject* args) {
     PyObject *table_o, *stack_o, *terms_o;
     Py_ssize_t max_stacks;
@@ -266,6 +246,11 @@ PyObject* advance_impl(PyObject* args) {
     }
     return res;
 }
+
 }  // namespace
+
+PyObject* advance_table(PyObject*, PyObject* args) { return guarded(advance_table_impl, args); }
+
+PyObject* advance(PyObject*, PyObject* args) { return guarded(advance_impl, args); }
 
 }  // namespace walk_helpers
