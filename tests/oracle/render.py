@@ -29,9 +29,10 @@ def _lib() -> ctypes.CDLL:
     return lib
 
 
-def _call(name: str, template: str, bos: str, eos: str, payload: dict[str, Any]) -> dict[str, Any]:
+def _call(name: str, *args: str) -> Any:
+    """The shim function ``name`` on the UTF-8 texts ``args``: its JSON answer (the buffer freed)."""
     lib = _lib()
-    p = getattr(lib, name)(template.encode(), bos.encode(), eos.encode(), json.dumps(payload).encode())
+    p = getattr(lib, name)(*(a.encode() for a in args))
     try:
         return json.loads(ctypes.string_at(p).decode("utf-8"))
     finally:
@@ -41,26 +42,20 @@ def _call(name: str, template: str, bos: str, eos: str, payload: dict[str, Any])
 def render(template: str, inputs: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:
     """``common_chat_template_direct_apply`` with ``inputs`` (``messages``, ``tools``, ``add_generation_prompt``,
     ``enable_thinking``, ``extra_context``) as given: ``{"prompt"}`` or ``{"error"}``."""
-    return _call("render_shim", template, bos, eos, inputs)
+    return _call("render_shim", template, bos, eos, json.dumps(inputs))
 
 
 def chat_apply(template: str, body: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:
     """The prompt llama-server's chat route builds for ``body`` (``messages``, ``tools``, ``tool_choice``,
     ``parallel_tool_calls``) with its defaults: ``{"prompt"}`` or ``{"error"}``."""
-    return _call("chat_apply_shim", template, bos, eos, body)
+    return _call("chat_apply_shim", template, bos, eos, json.dumps(body))
 
 
 def chat_parse_body(template: str, body: dict[str, Any], texts: list[tuple[str, bool]]) -> list[dict[str, Any]]:
     """``common_chat_parse`` of each ``(text, is_partial)`` with the parser llama-server builds for ``body`` (also
     ``chat_template_kwargs.enable_thinking``, ``reasoning_format``): ``{"ok": True, "msg"}`` or ``{"ok": False,
     "error"}`` each (a setup error is raised as RuntimeError)."""
-    lib = _lib()
-    p = lib.chat_parse_body_shim(template.encode(), json.dumps(body).encode(),
-                                 json.dumps([[t, bool(b)] for t, b in texts]).encode())
-    try:
-        out = json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.render_free(p)
+    out = _call("chat_parse_body_shim", template, json.dumps(body), json.dumps([[t, bool(b)] for t, b in texts]))
     if isinstance(out, dict):
         raise RuntimeError(out["error"])
     return out
@@ -69,9 +64,4 @@ def chat_parse_body(template: str, body: dict[str, Any], texts: list[tuple[str, 
 def chat_apply_model(gguf_path: str, body: dict[str, Any]) -> dict[str, Any]:
     """:func:`chat_apply` with the templates of a GGUF (its default and ``tool_use`` templates, BOS/EOS texts):
     ``{"prompt"}`` or ``{"error"}``."""
-    lib = _lib()
-    p = lib.chat_apply_model_shim(gguf_path.encode(), json.dumps(body).encode())
-    try:
-        return json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.render_free(p)
+    return _call("chat_apply_model_shim", gguf_path, json.dumps(body))
