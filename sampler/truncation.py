@@ -237,9 +237,9 @@ class TopNSigma(_Stateless):
     def __init__(self, n: float) -> None:
         self.n = _F32(n)
         self._nf = float(self.n)
-        if K is not None:  # the compiled apply: records in C, a float array through _top_n_sigma_floats
-            self.apply = K.Stage(9, 0, self._nf, 0.0, 0.0, None,  # type: ignore[method-assign]
-                                 functools.partial(_top_n_sigma_floats, nf=self._nf)).apply
+        # the compiled apply: records in C, a float array through _top_n_sigma_floats
+        if (a := _stage(9, 0, self._nf, fallback=functools.partial(_top_n_sigma_floats, nf=self._nf))) is not None:
+            self.apply = a  # type: ignore[method-assign]
 
     # as llama_sampler_top_n_sigma_apply
     def apply(self, c: Candidates) -> None:
