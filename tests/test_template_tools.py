@@ -150,6 +150,37 @@ def test_tool_call_shapes_as_llama_server(template: str) -> None:
         assert got == want, shape
 
 
+_CALL = {"type": "function", "function": {"name": "f", "arguments": "{}"}}
+MESSAGE_SHAPES = {
+    "role-missing": {"content": "hi"},
+    "role-boolean": {"role": True, "content": "hi"},
+    "role-array": {"role": [1], "content": "hi"},
+    "role-null": {"role": None, "content": "hi"},
+    "tool-calls-string": {"role": "assistant", "content": "hi", "tool_calls": "x"},
+    "tool-calls-number": {"role": "assistant", "content": "hi", "tool_calls": 5},
+    "tool-calls-null": {"role": "assistant", "content": "hi", "tool_calls": None},
+    "tool-calls-empty": {"role": "assistant", "content": "hi", "tool_calls": []},
+    "tool-calls-object": {"role": "assistant", "tool_calls": {"k": _CALL, "j": dict(_CALL, id="c2")}},
+}
+
+
+@pytest.mark.parametrize("template", ["<dump>", "Qwen-Qwen2.5-7B-Instruct.jinja"])
+def test_message_shapes_as_llama_server(template: str) -> None:
+    # common_chat_msgs_parse_oaicompat on the message itself: role's type error and a missing role inside its
+    # "Failed to parse messages" wrapper, tool_calls iterated as nlohmann's range-for does (an object's values,
+    # nothing for null, any other value once)
+    src = _DUMP if template == "<dump>" else (Path(llama_cpp_source()) / "models" / "templates" / template).read_text()
+    t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
+    for shape, msg in MESSAGE_SHAPES.items():
+        body = {"messages": [_USER, msg, _USER], "tools": TOOLS}
+        want = chat_apply(src, body, "<bos>", "<eos>")
+        try:
+            got = {"prompt": chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]}
+        except HttpError as e:
+            got = {"error": e.message}
+        assert got == want, shape
+
+
 @pytest.mark.parametrize("expr,want", [
     ("{{ [{'a': 1}, {}] | map(attribute='a', default=5) | list | tojson }}", '[1, 5]'),
     ("{% set c = none %}{{ c | default('d') }}|{{ u | d('e') }}|{{ '' | default('f') }}|{{ '' | default('g', true) }}", 'd|e||g'),

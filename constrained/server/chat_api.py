@@ -309,10 +309,12 @@ def _parse_msg(m: Any) -> dict[str, Any]:
     # common_chat_msgs_parse_oaicompat (the parts the templates see)
     if not isinstance(m, dict):
         raise _server("Expected 'message' to be an object")
-    role = m.get("role")
-    if not isinstance(role, str):
-        raise _server("[json.exception.type_error.302] type must be string, but is "
-                      + ("number" if isinstance(role, (int, float)) else "null" if role is None else "object"))
+    if "role" not in m:
+        raise _server("Failed to parse messages: Missing 'role' in message: " + dumps_compact(m))
+    role = m["role"]
+    if not isinstance(role, str):           # msg.role = message.at("role"), inside the parse's try (chat.cpp:389)
+        raise _server("Failed to parse messages: [json.exception.type_error.302] type must be string, but is "
+                      + json_type_name(role))
     out: dict[str, Any] = {"role": role}
     content = m.get("content")
     if isinstance(content, list):
@@ -326,13 +328,13 @@ def _parse_msg(m: Any) -> dict[str, Any]:
     for k in ("reasoning_content", "name", "tool_call_id"):
         if k in m and m[k] is not None:
             out[k] = m[k]
-    calls = m.get("tool_calls")
-    if isinstance(calls, list):
-        calls = [_parse_tool_call(c) for c in calls]
-        if calls:                             # to_json_oaicompat writes tool_calls only when there are some
-            out["tool_calls"] = calls
-    elif calls is not None:
-        out["tool_calls"] = calls
+    if "tool_calls" in m:                   # a range-for over the JSON value (chat.cpp:418): an array's items, an
+        calls = m["tool_calls"]             # object's values, nothing for null, any other value once
+        items = calls if isinstance(calls, list) else list(calls.values()) if isinstance(calls, dict) else \
+            [] if calls is None else [calls]
+        parsed = [_parse_tool_call(c) for c in items]
+        if parsed:                          # to_json_oaicompat writes tool_calls only when there are some
+            out["tool_calls"] = parsed
     return out
 
 
