@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sampler import Params
-from sampler.request import get_bool, get_int
+from sampler.request import get_bool, get_int, json_type_name
 
 from ..json_schema import convert_json_schema, server_json_schema
 
@@ -240,9 +240,7 @@ def _triggers(items: Any, vocab: Any, preserved: list[int]) -> list[dict[str, An
 
 def _str(v: Any) -> str:
     if not isinstance(v, str):
-        kind = "null" if v is None else "boolean" if isinstance(v, bool) else "number" if isinstance(
-            v, (int, float)) else "array" if isinstance(v, list) else "object"
-        raise ValueError(f"[json.exception.type_error.302] type must be string, but is {kind}")
+        raise ValueError(f"[json.exception.type_error.302] type must be string, but is {json_type_name(v)}")
     return v
 
 
