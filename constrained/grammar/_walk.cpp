@@ -188,6 +188,24 @@ struct Walk {
         return r;
     }
 
+    // whether a stack after the class top of s loops on the same class (its top's class equal to c, and
+    // loop_exits gives its exits): then every row wholly in c is accepted at once (Kernel_walk)
+    bool same_class_loop(PyObject* s, const Class& c) {
+        Ref nxt = next(s);
+        std::vector<int64_t> ex;
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(nxt.p); j++) {
+            PyObject* q = PyTuple_GET_ITEM(nxt.p, j);
+            Py_ssize_t len = PyTuple_GET_SIZE(q);
+            if (!len) continue;
+            int64_t top = PyLong_AsLongLong(PyTuple_GET_ITEM(q, len - 1));
+            if (top == -1 && PyErr_Occurred()) throw PyFail();
+            if (top == k->bottom || is_token(type_of(top))) continue;
+            const Class& cq = cls(top);
+            if (cq.positive == c.positive && cq.items == c.items && exits_of(q, ex)) return true;
+        }
+        return false;
+    }
+
     // loop_exits(s) as a vector of class positions; false if None
     bool exits_of(PyObject* s, std::vector<int64_t>& out) {
         Ref r(PyObject_CallOneArg(cb.loop_exits, s));
@@ -421,9 +439,23 @@ struct Walk {
             if (a[i]) acc[cur[i]] = 1;
     }
 
+    // the rows of slice a:b of the trie order, ascending: a comparison sort for short slices, else the rows marked
+    // in a bitmap over the table and read back in order (linear; the space-led slices of a large vocabulary hold
+    // thousands of rows)
     std::vector<int64_t> sorted_slice(Py_ssize_t a, Py_ssize_t b) const {
         std::vector<int64_t> r(lex_order + a, lex_order + b);
-        std::sort(r.begin(), r.end());
+        if (r.size() < 256) {
+            std::sort(r.begin(), r.end());
+            return r;
+        }
+        int64_t lo = *std::min_element(r.begin(), r.end()), hi = *std::max_element(r.begin(), r.end());
+        const int64_t w0 = lo >> 6, nw = (hi >> 6) - w0 + 1;
+        std::vector<uint64_t> bits((size_t)nw, 0);
+        for (int64_t x : r) bits[(size_t)((x >> 6) - w0)] |= 1ULL << (x & 63);
+        size_t o = 0;
+        for (int64_t i = 0; i < nw; i++)
+            for (uint64_t word = bits[(size_t)i]; word; word &= word - 1)
+                r[o++] = ((w0 + i) << 6) + __builtin_ctzll(word);
         return r;
     }
 
@@ -827,6 +859,22 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                         }
                     }
                     continue;
+                }
+                if (k0 >= loop_min_rows && w.same_class_loop(s, c)) {
+                    // a class followed by a loop on the same class (x x*, as [a-z]+): a row wholly in the class
+                    // with no pending sequence is accepted by the loop whatever its exits, as in the looping path
+                    // above; the other rows of the class's first code point are walked below
+                    Ref parts(PyObject_CallFunction(loop_parts, "L", (long long)top));
+                    if (!parts.p) throw PyFail();
+                    PyObject* clean = PyTuple_GetItem(parts.p, 0);
+                    PyObject* clean_bits = PyTuple_GetItem(parts.p, 1);
+                    if (!clean || !clean_bits) throw PyFail();
+                    if (w.sure && clean_bits != Py_None && PyList_Append(w.sure, clean_bits) < 0) throw PyFail();
+                    Buf bc;
+                    bc.open(clean, 1);
+                    const uint8_t* cl = (const uint8_t*)bc.ptr;
+                    for (Py_ssize_t i = 0; i < n; i++) acc[i] |= cl[i];
+                    w.spend(n / 64);
                 }
                 if (first.p) {
                     matched_obj = Ref(Py_NewRef(first.p));

@@ -138,6 +138,14 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
                         for s2 in nxt:
                             _acc_range(g, t, s2, a, b, 1, asc, acc, pops, work)
                 continue
+            if k0 >= LOOP_MIN_ROWS and _same_class_loop(g, s, top):
+                # a class followed by a loop on the same class (x x*, as [a-z]+): a row wholly in the class with
+                # no pending sequence is accepted by the loop whatever its exits (as in the looping branch)
+                clean, clean_bits, _, _ = _loop_parts(g, top, t)
+                if sure is not None and clean_bits is not None:
+                    sure.append(clean_bits)
+                acc |= clean
+                work.spend(n // 64)
             matched = _first_rows_cached(g, top, t)
         matched = matched[~acc[matched]]
         work.rows += len(matched) + (n - k0)
@@ -146,6 +154,16 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             sub = _acc_stacks(g, t, g.next_stacks(s), matched, 1, pops, work)
             acc[matched[sub]] = True
     return acc
+
+
+def _same_class_loop(g: GrammarRules, s: Stack, top: int) -> bool:
+    """Whether a stack after the class top of ``s`` loops (``loop_exits``) on the same class as ``top``."""
+    want = g.classes[top][:2]
+    for q in g.next_stacks(s):
+        if q and q[-1] != g.bottom and g.types[q[-1]] not in (TOKEN, TOKEN_NOT) \
+                and g.classes[q[-1]][:2] == want and g.loop_exits(q) is not None:
+            return True
+    return False
 
 
 RANGE_MIN_ROWS = 1 << 62
