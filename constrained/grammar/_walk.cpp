@@ -427,11 +427,11 @@ struct Walk {
     int64_t token_value(int64_t top);
 
     // mask._rows_walk
-    void rows_walk(PyObject* s, const std::vector<int64_t>& rws, Py_ssize_t d, uint8_t* acc) {
+    void rows_walk(PyObject* s, const int64_t* rws, size_t m, Py_ssize_t d, uint8_t* acc) {
         std::vector<int64_t> cur;
-        cur.reserve(rws.size());
-        for (int64_t r : rws)
-            if (!acc[r]) cur.push_back(r);
+        cur.reserve(m);
+        for (size_t i = 0; i < m; i++)
+            if (!acc[rws[i]]) cur.push_back(rws[i]);
         if (cur.empty()) return;
         std::vector<uint8_t> a;
         acc_stack(s, cur, d, a);
@@ -460,7 +460,8 @@ struct Walk {
     }
 
     // mask._acc_range: the rows sharing one prefix of d code points, slice a:b of the trie order
-    void acc_range(PyObject* s, Py_ssize_t a, Py_ssize_t b, Py_ssize_t d, const std::vector<int64_t>* asc,
+    // (asc: the same rows ascending, b - a of them, where the caller has them, else null)
+    void acc_range(PyObject* s, Py_ssize_t a, Py_ssize_t b, Py_ssize_t d, const int64_t* asc,
                    uint8_t* acc) {
         spend(k->visit_cost);
         visits += 1;
@@ -470,8 +471,12 @@ struct Walk {
         std::vector<int64_t> ex;
         if (d >= (Py_ssize_t)lex_cols.size() || b - a < range_min_rows || !len || top == k->bottom ||
             is_token(type_of(top)) || exits_of(s, ex)) {
-            if (asc) rows_walk(s, *asc, d, acc);
-            else rows_walk(s, sorted_slice(a, b), d, acc);
+            if (asc) {
+                rows_walk(s, asc, (size_t)(b - a), d, acc);
+            } else {
+                std::vector<int64_t> r = sorted_slice(a, b);
+                rows_walk(s, r.data(), r.size(), d, acc);
+            }
             return;
         }
         const int32_t* col = lex_cols[(size_t)d];
@@ -502,7 +507,7 @@ struct Walk {
             for (const auto& sp : spans)
                 if (sp.second > sp.first && c[sp.first] != c[sp.second - 1]) multi += sp.second - sp.first;
             if (multi * 4 > nc) {   // mostly wide spans: a class test over the rows
-                rows_walk(s, *asc, d, acc);
+                rows_walk(s, asc, (size_t)(b - a), d, acc);
                 return;
             }
         }
@@ -582,6 +587,22 @@ PyObject* Kernel_new(PyTypeObject* type, PyObject*, PyObject*) {
         self->classes = nullptr;
     }
     return (PyObject*)self;
+}
+
+// mask._first_count: the rows whose first code point class c matches, from cp0 (the first code point of each row
+// that has one, ascending) by binary searches
+Py_ssize_t first_count(const Class& c, const int64_t* cp0, Py_ssize_t m) {
+    std::vector<std::pair<Py_ssize_t, Py_ssize_t>> spans;
+    for (const auto& it : c.items)
+        spans.emplace_back(std::lower_bound(cp0, cp0 + m, it.first) - cp0, std::upper_bound(cp0, cp0 + m, it.second) - cp0);
+    std::sort(spans.begin(), spans.end());
+    Py_ssize_t n = 0, at = 0;
+    for (const auto& sp : spans)
+        if (sp.second > at) {
+            n += sp.second - std::max(sp.first, at);
+            at = sp.second;
+        }
+    return c.positive ? n : m - n;
 }
 
 PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
@@ -743,13 +764,21 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
             std::vector<std::vector<int64_t>> levels;
             bool ended = false;
             Ref first;
+            Py_ssize_t n_first = -1;   // how many rows the class's first code point starts (-1: not needed)
             if (!looping && k0 >= loop_min_rows) {
-                first = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
-                if (!first.p) throw PyFail();
+                if (b_cp0.ptr) {   // counted by binary searches over the sorted first code points (mask._first_count)
+                    n_first = first_count(c, (const int64_t*)b_cp0.ptr, b_cp0.len);
+                } else {
+                    first = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
+                    if (!first.p) throw PyFail();
+                }
             }
             Buf bf;
-            if (first.p) bf.open(first.p, 8);
-            if (first.p && bf.len >= loop_min_rows && w.chain_of(s, levels, ended)) {
+            if (first.p) {
+                bf.open(first.p, 8);
+                n_first = bf.len;
+            }
+            if (n_first >= loop_min_rows && w.chain_of(s, levels, ended)) {
                 // rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain), from
                 // the loop shortcut's cached parts of the class; rows from lim on have at most len(levels) code
                 // points (rows are sorted by length)
@@ -853,9 +882,8 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                         Py_ssize_t b = std::upper_bound(col0, col0 + nl, cpv, [](int64_t v, int32_t x) { return v < x; }) - col0;
                         if (b > a) {
                             Py_ssize_t i = std::lower_bound(cp0, cp0 + b_cp0.len, cpv) - cp0;
-                            std::vector<int64_t> asc(order0 + i, order0 + i + (b - a));   // the same rows ascending
                             for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(nxt.p); j++)
-                                w.acc_range(PyTuple_GET_ITEM(nxt.p, j), a, b, 1, &asc, acc);
+                                w.acc_range(PyTuple_GET_ITEM(nxt.p, j), a, b, 1, order0 + i, acc);   // ascending
                         }
                     }
                     continue;

@@ -91,7 +91,8 @@ _PLAN_BYTES = 32 << 20              # per compiled grammar: each stack's positio
 _UNION_ROW_BYTES = 4 << 20          # per compiled grammar: packed rows of those unions (fill_bits_for)
 _MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
 _MAX_CACHED_BELOW = 1024            # nor uncertain-token answers for a longer rest of stack
-_NEW_SUFFIXES_PER_MASK = 8          # more new suffixes in one state: the rest are walked directly
+_NEW_SUFFIXES_PER_MASK = 16         # more new suffixes in one state: the rest are walked directly (a JSON
+#                                     value opens 11; gemma-4: chat 2.1 -> 1.6 ms, the ambiguous grammar 6.1 -> 3.5)
 
 
 def _vocab_caches(index: Any) -> tuple[_LRU, _LRU]:

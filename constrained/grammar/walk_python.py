@@ -26,6 +26,7 @@ from .charclass import (
     _ascending,
     _chain_end_ok,
     _class_match,
+    _first_count,
     _first_rows,
     _first_rows_cached,
     _loop_end_ok,
@@ -103,7 +104,7 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
             work.looped += k0 - len(matched)
             work.spend(n // 64)
-        elif (k0 >= LOOP_MIN_ROWS and len(_first_rows_cached(g, top, t)) >= LOOP_MIN_ROWS
+        elif (k0 >= LOOP_MIN_ROWS and _first_count(g, top, t) >= LOOP_MIN_ROWS
               and (chain := g.chain(s)) is not None):
             # rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain)
             # from the loop shortcut's cached parts of the class: rows from ``lim`` on have at most len(levels)
