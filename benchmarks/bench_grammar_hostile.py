@@ -12,7 +12,9 @@ warm) in two forms: the bool mask (``mask_for(..., state_cache=False)``, a new 2
 the form xgrammar's column is measured in), then llama.cpp's mask, and, where xgrammar is installed (``.venv-vllm``),
 xgrammar's ``fill_next_token_bitmask`` (its compile time apart: it precomputes there). The two fresh forms alternate
 which goes first from step to step (the first of them meets the caches as llama.cpp's walk of the previous step left
-them). Our masks (and rows) are compared with llama.cpp's for equality. No ``precompute()``; *compile* is
+them). Our masks (and rows) are compared with llama.cpp's for equality. A second table times the fresh state
+*warm*: the same states once more after the run, ours (both forms) and xgrammar's fill at the same step with nothing
+else between (llama.cpp's 40-60 ms walk over the vocabulary leaves every cache cold for whatever call follows it). No ``precompute()``; *compile* is
 ``compile_grammar`` (its compile step prepares the table parts of the grammar's wide character classes, ~0.6 ms each,
 shared by the vocabulary's later grammars). Peak RSS is the worker's, llama.cpp's grammar included.
 The set-up's objects are frozen out of Python's cyclic collector (``gc.freeze()``) before the steps, as a server
@@ -118,6 +120,7 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
     by_piece = {p: i for i, p in enumerate(vocab.pieces) if p and not vocab.eog_ids.__contains__(i)}
     longest = max(map(len, by_piece))
     first, fresh, ffill, llama, xfill = [], [], [], [], []
+    states, toks = [], []
     at, equal = 0, True
     # the set-up's objects (vocabulary, llama.cpp's and xgrammar's grammars, the piece table) out of the cyclic
     # collector's way, as a server does once its model is loaded: otherwise a generation-2 collection over this
@@ -146,6 +149,7 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
         equal &= bool(np.array_equal(np.unpackbits(row, count=len(mask), bitorder="little").view(bool), cm))
         first.append(t1 - t0)
         llama.append(t3 - t2)
+        states.append((m.stacks, m.partial_utf8))
         if at >= len(doc):
             break
         tok = next((by_piece[doc[at:at + j]] for j in range(min(longest, len(doc) - at), 0, -1)
@@ -153,15 +157,36 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
         if tok is None:
             break
         m.accept_token(tok)
+        toks.append(tok)
         c.accept(tok)
         if xm is not None and not xm.accept_token(tok):
             xm = None             # its own conversion parted from llama.cpp's grammar here: its series stops
         at += len(vocab.pieces[tok])
     c.free()
+    # the fresh state again over the same states, away from llama.cpp's walk (40-60 ms over the whole vocabulary,
+    # which leaves every cache cold for the call after it): ours and xgrammar's fill at the same step, alternating
+    # which goes first, nothing else between
+    wfresh, wfill, wxfill = [], [], []
+    xw = xgr.GrammarMatcher(xg) if peer is not None else None
+    for step, (st, pu) in enumerate(states):
+        for which in (0, 1, 2) if step % 2 else (2, 1, 0):
+            ta = clock()
+            if which == 0:
+                cg.mask_for(st, pu, state_cache=False)
+                wfresh.append(clock() - ta)
+            elif which == 1:
+                cg.fill_bits_for(st, pu, row, state_cache=False)
+                wfill.append(clock() - ta)
+            elif xw is not None:
+                xw.fill_next_token_bitmask(bitmask)
+                wxfill.append(clock() - ta)
+        if xw is not None and (step >= len(toks) or not xw.accept_token(toks[step]) or len(wxfill) >= len(xfill)):
+            xw = None             # its series stops where the first pass's did
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     q.put({"name": name, "steps": len(first), "equal": equal, "first": first, "fresh": fresh, "ffill": ffill,
            "llama": llama,
            "compile": t_compile, "compile_c": t_compile_c, "rss_mb": peak / 1024, "base_mb": base_rss / 1024,
+           "wfresh": wfresh, "wfill": wfill, "wxfill": wxfill,
            "xfill": xfill, "xhow": peer[2] if peer else None, "compile_x": peer[3] if peer else None})
 
 
@@ -224,6 +249,7 @@ def main() -> int:
           f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6} | {'xgrammar fill ms med / p99 / max':>32}"
           f" {'compile':>8}")
     bad = 0
+    warm = []
     for name in names:
         q = ctx.Queue()
         p = ctx.Process(target=_run, args=(args.vocab, name, q))
@@ -243,7 +269,18 @@ def main() -> int:
               f"{ll[0]:8.2f} / {ll[1]:7.1f} / {ll[2]:7.1f} | {sum(r['llama']) / sum(r['first']):5.1f}x | "
               f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f} | {xg}",
               flush=True)
-    print(f"thread CPU time; fresh state = bool mask, fresh fill = packed row (both without the state cache); "
+        warm.append((name, r))
+    print(f"\n{'workload':10} | {'warm fresh-state ms med / p99 / max':>35} | {'warm fresh fill ms med / p99 / max':>34} | "
+          f"{'xgrammar warm fill ms med / p99 / max':>37}")
+    for name, r in warm:
+        s, ff = _stats(r["wfresh"]), _stats(r["wfill"])
+        xg = "not installed"
+        if r["wxfill"]:
+            x = _stats(r["wxfill"])
+            xg = f"{x[0]:10.4f} / {x[1]:8.4f} / {x[2]:8.3f} ({len(r['wxfill'])} steps)"
+        print(f"{name:10} | {s[0]:13.4f} / {s[1]:8.4f} / {s[2]:8.3f} | {ff[0]:12.4f} / {ff[1]:8.4f} / {ff[2]:8.3f} | {xg}")
+    print(f"thread CPU time; warm = the same states again after the run, nothing but ours and xgrammar's fill between "
+          f"(alternating order); fresh state = bool mask, fresh fill = packed row (both without the state cache); "
           f"ratio = llama.cpp's total mask time / our total first-pass mask time; load average "
           f"{os.getloadavg()[0]:.2f} at the end")
     return 1 if bad else 0

@@ -500,6 +500,10 @@ def parity_grammars(vocab: Vocabulary) -> dict[str, str]:
     u = vocab.tokenize(b",") or [1]
     out["tokens"] = (f"root ::= [a-z]{{1,5}} <[{t[-1]}]> ( [0-9] | !<[{u[0]}]> ){{0,3}} \"!\"?\n")
     out["any"] = 'root ::= ( . [a-z]? ){1,6} ( "!" | [^a-z\\x00-\\x1f] . )\n'   # CHAR_ANY, negated classes
+    # a class followed by a loop on the same class (x x*: the walk's shortcut), ASCII, negated, non-ASCII (rows
+    # with a pending UTF-8 sequence) and any-character, with exits that start a different class or overlap none
+    out["plus-loops"] = ('root ::= [a-z]+ ( "@" [a-z]+ "." [a-z]{2,3} )? | [^ "\\x00-\\x1f]+ ( " " [^ ]+ )? '
+                         '| [0-9]+ ( "." [0-9]+ )? | [à-ÿ]+ [a-z]* | "<" .+\n')
     # special tokens referenced by their text (matched by id; an end-of-generation one never matches)
     specials = [x for x in (b"<|im_start|>", b"<start_of_turn>", b"<|turn>", b"<s>", b"<|begin_of_text|>",
                             b"<|im_end|>", b"<end_of_turn>", b"<turn|>", b"</s>", b"<|endoftext|>", b"<eos>")
