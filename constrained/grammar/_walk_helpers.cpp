@@ -222,12 +222,44 @@ PyObject* first_rows(PyObject*, PyObject* args) {
 }
 
 // Packed bits over ids (np.packbits order, n bits) of `a`, a bool over the rows of a table holding every id once
-// (id[r]: the id of row r; inv[i]: the row of id i, or null). Few accepted rows are scattered; few rejected ones too,
+// (id[r]: the id of row r; inv[i]: the row of id i, or null). Few accepted rows (found in one pass that skips 64 clear
+// rows at a time, most walks' case) are scattered; few rejected ones too,
 // onto all ones; otherwise gathered in id order through inv (reads, not random writes), or without inv scattered as
 // bytes. False (a Python error set) on an id or row out of range.
 bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ssize_t n, uint8_t* bits) {
     const Py_ssize_t nb = (n + 7) / 8;
-    const Py_ssize_t count = count_rows(a, n);
+    Py_ssize_t count;
+    {   // the usual case first: few rows set, collected in one pass that skips 64 clear rows at a time
+        std::vector<Py_ssize_t> few;
+        Py_ssize_t r = 0;
+        bool sparse = true;
+        for (; r + 64 <= n && sparse; r += 64) {
+            uint64_t w[8];
+            std::memcpy(w, a + r, 64);
+            if ((w[0] | w[1] | w[2] | w[3] | w[4] | w[5] | w[6] | w[7]) == 0) continue;
+            for (int j = 0; j < 8; j++) {
+                // the high bit of each nonzero byte, then one step per set byte
+                uint64_t hi = (((w[j] & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | w[j]) & 0x8080808080808080ULL;
+                for (; hi; hi &= hi - 1) few.push_back(r + 8 * j + (__builtin_ctzll(hi) >> 3));
+            }
+            sparse = (Py_ssize_t)few.size() * 64 <= n;
+        }
+        for (; r < n && sparse; r++)
+            if (a[r]) few.push_back(r);
+        if (sparse && (Py_ssize_t)few.size() * 64 <= n) {
+            std::memset(bits, 0, (size_t)nb);
+            for (Py_ssize_t x : few) {
+                uint32_t i = (uint32_t)id[x];
+                if (i >= (uint32_t)n) {
+                    PyErr_SetString(PyExc_ValueError, "pack: id out of range");
+                    return false;
+                }
+                bits[i >> 3] |= (uint8_t)(0x80 >> (i & 7));
+            }
+            return true;
+        }
+        count = (Py_ssize_t)few.size() + count_rows(a + r, n - r);   // the rows before r are in `few`
+    }
     const bool sparse = count * 64 <= n, full = (n - count) * 64 <= n;
     if (sparse || full) {   // scatter the few rows on the other side, eight rows at a time where none is there
         std::memset(bits, sparse ? 0 : 0xFF, (size_t)nb);

@@ -35,6 +35,7 @@ from .mask import (
     _loop_parts,
 )
 from .stacks import (
+    CHAIN_MAX,
     CHAR,
     CHAR_ALT,
     CHAR_ANY,
@@ -94,6 +95,9 @@ class CompiledGrammar(TokenMaskCache):
         self.index = vocab_index(vocab)
         self.n_vocab = self.index.n_vocab
         self.rules = GrammarRules(parsed)
+        # a bounded repetition's chain followed as far as the longest token reaches (TokenTable.longer has one
+        # entry per code point depth), not CHAIN_MAX: gemma-4's longest token has 32 code points
+        self.rules.chain_max = max(1, min(CHAIN_MAX, len(self.index.table.longer)))
         self._limits = DEFAULT_MATCHER_LIMITS
         self.initial_stacks: Stacks = self.rules.initial_stacks()
         self._local = _LRU(_LOCAL_BYTES)

@@ -71,7 +71,8 @@ key would cost more to build than it saves (their per-suffix walks are keyed on 
 
 
 CHAIN_MAX = 64
-"""Links of a bounded repetition followed by :meth:`GrammarRules.chain` (more than any token's code points)."""
+"""Links of a bounded repetition followed by :meth:`GrammarRules.chain` (more than any token's code points; a
+compiled grammar lowers its rules' ``chain_max`` to its vocabulary's longest token: no candidate needs more)."""
 
 
 MAX_STACKS = 65_536
@@ -186,6 +187,7 @@ class GrammarRules:
     """The flat element vectors of a :class:`ParsedGrammar` and the exact stack operations on them."""
 
     def __init__(self, parsed: ParsedGrammar) -> None:
+        self.chain_max = CHAIN_MAX
         rules = parsed.rules
         n_rules = len(rules)
         chain = itertools.chain.from_iterable
@@ -393,7 +395,7 @@ class GrammarRules:
 
     def chain(self, stack: Stack) -> tuple[tuple[tuple[int, ...], ...], bool] | None:
         """The chain of links from a class-topped ``stack`` that is not a loop (see :meth:`chain_step`), up to
-        :data:`CHAIN_MAX` links: ``(levels, ended)``, where ``levels[j]`` are the class tops of the next stacks at
+        ``chain_max`` links (:data:`CHAIN_MAX` unless lowered): ``(levels, ended)``, where ``levels[j]`` are the class tops of the next stacks at
         link ``j`` and ``ended`` says the last link has no successor. A candidate whose remaining ``R`` code points
         all match the class ends at link ``R - 1`` if ``R <= len(levels)`` (accepted iff it ends cleanly or its
         pending UTF-8 sequence may continue one of ``levels[R - 1]``), and is rejected if ``R > len(levels)`` and
@@ -409,7 +411,7 @@ class GrammarRules:
         levels: list[tuple[int, ...]] = []
         ended = False
         cur = stack
-        while len(levels) < CHAIN_MAX:
+        while len(levels) < self.chain_max:
             step = self.chain_step(cur)
             if step is None:
                 break
