@@ -589,6 +589,19 @@ PyObject* Kernel_new(PyTypeObject* type, PyObject*, PyObject*) {
     return (PyObject*)self;
 }
 
+// acc[i] |= src[i] for rows from..n, eight rows a word (the byte loop is not vectorised: the two may alias)
+void or_rows(uint8_t* acc, const uint8_t* src, Py_ssize_t from, Py_ssize_t n) {
+    Py_ssize_t i = from;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t a, b;
+        std::memcpy(&a, acc + i, 8);
+        std::memcpy(&b, src + i, 8);
+        a |= b;
+        std::memcpy(acc + i, &a, 8);
+    }
+    for (; i < n; i++) acc[i] |= src[i];
+}
+
 // mask._first_count: the rows whose first code point class c matches, from cp0 (the first code point of each row
 // that has one, ascending) by binary searches
 Py_ssize_t first_count(const Class& c, const int64_t* cp0, Py_ssize_t m) {
@@ -798,7 +811,7 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                 bp.open(pending, 8);
                 br.open(rest, 8);
                 const uint8_t* cl = (const uint8_t*)bc.ptr;
-                for (Py_ssize_t i = lim; i < n; i++) acc[i] |= cl[i];
+                or_rows(acc, cl, lim, n);
                 const int64_t* pe = (const int64_t*)bp.ptr;
                 for (Py_ssize_t i = 0; i < bp.len; i++) {
                     int64_t e = pe[i];
@@ -848,7 +861,7 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                 bc.open(clean, 1);
                 bp.open(pending, 8);
                 const uint8_t* cl = (const uint8_t*)bc.ptr;
-                for (Py_ssize_t i = 0; i < n; i++) acc[i] |= cl[i];
+                or_rows(acc, cl, 0, n);
                 const int64_t* pe = (const int64_t*)bp.ptr;
                 for (Py_ssize_t i = 0; i < bp.len; i++) {
                     int64_t e = pe[i];
@@ -901,7 +914,7 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                     Buf bc;
                     bc.open(clean, 1);
                     const uint8_t* cl = (const uint8_t*)bc.ptr;
-                    for (Py_ssize_t i = 0; i < n; i++) acc[i] |= cl[i];
+                    or_rows(acc, cl, 0, n);
                     w.spend(n / 64);
                 }
                 if (first.p) {

@@ -242,11 +242,11 @@ bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ss
                 uint64_t hi = (((w[j] & 0x7F7F7F7F7F7F7F7FULL) + 0x7F7F7F7F7F7F7F7FULL) | w[j]) & 0x8080808080808080ULL;
                 for (; hi; hi &= hi - 1) few.push_back(r + 8 * j + (__builtin_ctzll(hi) >> 3));
             }
-            sparse = (Py_ssize_t)few.size() * 64 <= n;
+            sparse = (Py_ssize_t)few.size() * 16 <= n;
         }
         for (; r < n && sparse; r++)
             if (a[r]) few.push_back(r);
-        if (sparse && (Py_ssize_t)few.size() * 64 <= n) {
+        if (sparse && (Py_ssize_t)few.size() * 16 <= n) {
             std::memset(bits, 0, (size_t)nb);
             for (Py_ssize_t x : few) {
                 uint32_t i = (uint32_t)id[x];

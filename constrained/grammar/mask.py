@@ -173,23 +173,17 @@ def local_info(g: GrammarRules, t: TokenTable, suffix: Stack, work: WorkBudget |
     pops: list = []
     wholesale: list = []
     acc = walk(g, t, g.advance((g.bottom, *suffix)), pops=pops, work=work, sure=wholesale)
-    # a pop with nothing left and no pending sequence is accepted by any stack below
-    rows_l, depth_l = [], []
-    for rows, depth in pops:
-        rows = rows[~acc[rows]]
-        if not len(rows):
-            continue
-        sure = (t.length[rows] == depth) & (t.rem[rows] == 0)
-        acc[rows[sure]] = True
-        rows = rows[~sure]
-        if len(rows):
-            rows_l.append(rows)
-            depth_l.append(np.full(len(rows), depth, dtype=np.int64))
+    # a pop with nothing left and no pending sequence is accepted by any stack below; the others are uncertain
+    # unless accepted some other way (all the pops at once: the same rows in the same order as one at a time)
     keys = None
     unc_rows = np.empty(0, dtype=np.int64)
-    if rows_l:
-        unc_rows = np.concatenate(rows_l)
-        depths = np.concatenate(depth_l)
+    pops = [(rows, depth) for rows, depth in pops if len(rows)]
+    if pops:
+        rows = np.concatenate([r for r, _ in pops]) if len(pops) > 1 else pops[0][0]
+        depths = np.repeat(np.array([d for _, d in pops], dtype=np.int64), [len(r) for r, _ in pops])
+        sure = (t.length[rows] == depths) & (t.rem[rows] == 0)
+        acc[rows[sure]] = True
+        unc_rows, depths = rows[~sure], depths[~sure]
         keep = ~acc[unc_rows]
         unc_rows, depths = unc_rows[keep], depths[keep]
         if len(unc_rows):

@@ -767,26 +767,31 @@ class GrammarRules:
 
         The walk from ``(sentinel, *suffix)`` only sees the rules of the suffix elements and the rules they reach,
         so its result can be shared between grammars (JSON-schema grammars share ``string``, ``space``...). The key
-        is the suffix's offsets within its rules (numbered in order of appearance) and a digest of the reachable
-        rules' structure, computed once per tuple of rules (not per suffix) and never more than
-        :data:`CANON_MAX_ELEMENTS` elements long: beyond that the key names this grammar instead. Memory: O(1)
-        per suffix, O(1) per rule tuple.
+        is the suffix's offsets within its rules (numbered in order of appearance) and, per rule, a digest of the
+        rules it reaches (its closure's structure, renumbered in order of discovery): computed once per rule, so
+        the many suffixes of one rule (a JSON value's alternatives under the same object) cost a lookup each. A
+        closure past :data:`CANON_MAX_ELEMENTS` elements keys the suffix on this grammar instead. Memory: O(1) per
+        suffix, O(1) per rule.
         """
         rule_of, rule_start = self.rule_of, self.rule_start
         rules = tuple(dict.fromkeys([rule_of[p] for p in suffix]))
         order = {r: i for i, r in enumerate(rules)}
         head = tuple((order[rule_of[p]], p - rule_start[rule_of[p]]) for p in suffix)
-        digest = self._canon_memo.get(rules)
-        if digest is None:
-            self._canon_memo.misses += 1
-            digest = self._closure_digest(rules)
-            self._canon_memo.put(rules, (digest,), 12 + len(rules))
-        else:
-            self._canon_memo.hits += 1
-            digest = digest[0]
-        if not digest:
-            return ("grammar", self._serial, suffix)
-        return (head, digest)
+        memo = self._canon_memo
+        digests = []
+        for r in rules:
+            digest = memo.get(r)
+            if digest is None:
+                memo.misses += 1
+                digest = self._closure_digest((r,))
+                memo.put(r, (digest,), 12)
+            else:
+                memo.hits += 1
+                digest = digest[0]
+            if not digest:
+                return ("grammar", self._serial, suffix)
+            digests.append(digest)
+        return (head, tuple(digests))
 
     def _closure_digest(self, rules: tuple[int, ...]) -> bytes:
         """A digest of the rules reachable from ``rules``, renumbered in order of discovery (b"" if too large)."""
