@@ -86,7 +86,8 @@ class _LRU(OrderedDict):
 _MASK_CACHE_BYTES = 64 << 20        # per vocabulary, over all its grammars
 _LOCAL_BYTES = 32 << 20             # per compiled grammar: its per-suffix walks (the shared cache holds more)
 _TOKEN_TOP_BYTES = 8 << 20          # per compiled grammar: masks of token-topped stacks
-_UNION_BYTES = 16 << 20             # per compiled grammar: unions of the sure tokens of sets of positions
+_UNION_BYTES = 32 << 20             # per compiled grammar: unions of the sure tokens of sets of positions
+#                                     (128 at 262,144 tokens; the users schema of the benchmark needs more than 64)
 _PLAN_BYTES = 32 << 20              # per compiled grammar: each stack's position, walk and uncertain answer
 _UNION_ROW_BYTES = 4 << 20          # per compiled grammar: packed rows of those unions (fill_bits_for)
 _MAX_CACHED_STATE = 4096            # states holding more stack positions are not kept in the state cache
@@ -326,9 +327,10 @@ class TokenMaskCache:
             work = self._work()
             parts, unc, direct = self._positions(stacks, work)
             if not direct:
-                ukey, um = self._union(parts, work)
-                row = self._union_rows.get_lru(ukey)
+                ukey = tuple(parts)
+                row = self._union_rows.get_lru(ukey)      # looked up first: the bool union may be gone
                 if row is None:
+                    _, um = self._union(parts, work)
                     row = np.packbits(um, bitorder="little")
                     row.setflags(write=False)
                     self._union_rows.put(ukey, row, row.nbytes + 64 * len(ukey))
