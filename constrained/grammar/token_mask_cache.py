@@ -138,12 +138,17 @@ class TokenMaskCache:
         """The cached walk of the stack suffix (shared with other grammars of the same vocabulary)."""
         li = self._cached_local(suffix)
         if li is None:
-            li = local_info(self.rules, self.index.table, suffix, work or self._work())
-            nbytes = _info_bytes(li)
-            missed = self._missed         # one read: another thread may have replaced it (then it is rebuilt)
-            key = missed[1] if missed[0] == suffix else self.rules.canonical_key(suffix)
-            self.index.shared_put(key, li, nbytes)
-            self._local.put(suffix, li, nbytes)
+            li = self._walk_local(suffix, work or self._work())
+        return li
+
+    def _walk_local(self, suffix: Stack, work: WorkBudget) -> LocalInfo:
+        """The walk of a suffix :meth:`_cached_local` has just missed, put in both caches."""
+        li = local_info(self.rules, self.index.table, suffix, work)
+        nbytes = _info_bytes(li)
+        missed = self._missed         # one read: another thread may have replaced it (then it is rebuilt)
+        key = missed[1] if missed[0] == suffix else self.rules.canonical_key(suffix)
+        self.index.shared_put(key, li, nbytes)
+        self._local.put(suffix, li, nbytes)
         return li
 
     def _work(self) -> WorkBudget:
@@ -235,7 +240,7 @@ class TokenMaskCache:
                         direct.append(s)      # many new positions at once (wide alternatives): llama.cpp's walk
                         continue
                     new += 1
-                    li = self.local(suffix, work)
+                    li = self._walk_local(suffix, work)
                 parts[suffix] = li
             ids = self._uncertain(suffix, below, li, work) if li.keys is not None else None
             if ids is not None:
