@@ -243,7 +243,7 @@ def main() -> int:
     names = args.only or list(_workloads())
     ctx = mp.get_context("spawn")
     print(f"vocabulary {args.vocab}; load average {os.getloadavg()[0]:.2f} at start")
-    print(f"{'workload':10} {'steps':>5} {'eq':>3} | {'first-pass ms med / p99 / max':>30} | "
+    print(f"{'workload':10} {'steps':>5} {'eq':>3} | {'first-pass ms med / p99 / max @step':>36} | "
           f"{'fresh-state ms med / p99 / max':>30} | {'fresh fill ms med / max':>23} | "
           f"{'llama.cpp ms med / p99 / max':>29} | {'ratio':>6} | "
           f"{'compile ms':>10} {'llama':>6} | {'peak MB':>7} {'vocab':>6} | {'xgrammar fill ms med / p99 / max':>32}"
@@ -264,7 +264,8 @@ def main() -> int:
             xg = (f"{x[0]:8.3f} / {x[1]:7.3f} / {x[2]:7.3f} {r['compile_x'] * 1e3:8.0f} ({r['xhow']}, "
                   f"{len(r['xfill'])} steps)")
         print(f"{name:10} {r['steps']:5d} {'yes' if r['equal'] else 'NO':>3} | "
-              f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} | {s[0]:8.3f} / {s[1]:8.3f} / {s[2]:8.2f} | "
+              f"{f[0]:8.3f} / {f[1]:8.2f} / {f[2]:8.2f} @{max(range(len(r['first'])), key=r['first'].__getitem__):4d} | "
+              f"{s[0]:8.3f} / {s[1]:8.3f} / {s[2]:8.2f} | "
               f"{ff[0]:11.4f} / {ff[2]:9.3f} | "
               f"{ll[0]:8.2f} / {ll[1]:7.1f} / {ll[2]:7.1f} | {sum(r['llama']) / sum(r['first']):5.1f}x | "
               f"{r['compile'] * 1e3:10.1f} {r['compile_c'] * 1e3:6.1f} | {r['rss_mb']:7.0f} {r['base_mb']:6.0f} | {xg}",

@@ -209,8 +209,15 @@ def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
         for x, y in zip(*out, strict=True):
             assert np.array_equal(x, y), (vocab_name, g.ranges(p))
     rng = np.random.default_rng(0)
-    for density in (0.0, 0.0005, 0.01, 0.3, 0.99, 0.9995, 1.0):   # scattered, gathered, scattered onto ones
-        acc = rng.random(t.n) < density
+    # scattered (up to n/16 rows: 0.05, 0.0625 at the line; 0.07 past it, counted on), gathered, scattered onto
+    # ones; and a run of rows (the rows past a walk's cut-off all set)
+    for density in (0.0, 0.0005, 0.01, 0.05, 0.0625, 0.07, 0.3, 0.99, 0.9995, 1.0, "run"):
+        if density == "run":
+            acc = np.zeros(t.n, dtype=bool)
+            acc[t.n // 3: t.n // 3 + t.n // 20] = True
+            density = 0.05
+        else:
+            acc = rng.random(t.n) < density
         with _helpers(True):
             a = M.pack_by_id(t, acc)
             ids = rng.choice(t.n, size=int(density * 1000), replace=False)

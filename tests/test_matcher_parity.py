@@ -28,3 +28,18 @@ def test_mask_parity(vocab_name: str) -> None:
         total += parity_walk(vm, vocab, text, parsed, rng, steps)
         COMPARED[f"{vocab_name}/{gname}"] = total
     assert total >= steps * 5
+
+
+@pytest.mark.parametrize("vocab_name", ["llama-spm", "gemma-4"])
+def test_bounded_repetitions_longer_than_any_token(vocab_name: str) -> None:
+    """A bounded repetition with more links than the vocabulary's longest token has code points: its chain is
+    followed only that far (``GrammarRules.chain_max``) and the masks stay llama.cpp's, inside and near its end."""
+    from constrained.grammar.matcher import compile_grammar
+    from constrained.grammar.stacks import CHAIN_MAX
+
+    vm, vocab = oracle_vocab(vocab_name)
+    text = 'root ::= [a-z ]{0,100} "!" | "<" [^>]{2,70} ">" | [0-9]{1,40}\n'
+    parsed = parse_gbnf(text, vocab=vocab)
+    cg = compile_grammar(parsed, vocab)
+    assert cg.rules.chain_max == len(cg.index.table.longer) < CHAIN_MAX
+    assert parity_walk(vm, vocab, text, parsed, np.random.default_rng(5), 14) >= 5

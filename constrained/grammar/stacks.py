@@ -251,6 +251,7 @@ class GrammarRules:
         self._loop_memo = BoundedMemo("loop_exits", budget=1 << 18)
         self._shape_memo = BoundedMemo("rule_shape", budget=1 << 18)
         self._chain_memo = BoundedMemo("chain_step", budget=1 << 18)
+        self._disjoint_memo = BoundedMemo("disjoint", budget=1 << 16)
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
@@ -261,12 +262,12 @@ class GrammarRules:
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
         return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                                       self._loop_memo, self._shape_memo, self._chain_memo)}
+                                       self._loop_memo, self._shape_memo, self._chain_memo, self._disjoint_memo)}
 
     def clear_memos(self) -> None:
         """Drop every memoised stack operation (they are rebuilt on demand)."""
         for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                  self._loop_memo, self._shape_memo, self._chain_memo):
+                  self._loop_memo, self._shape_memo, self._chain_memo, self._disjoint_memo):
             m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges
@@ -316,7 +317,15 @@ class GrammarRules:
         return r
 
     def disjoint(self, p: int, q: int) -> bool:
-        """Whether the classes at ``p`` and ``q`` share no code point."""
+        """Whether the classes at ``p`` and ``q`` share no code point (memoised per pair)."""
+        memo = self._disjoint_memo.get((p, q))
+        if memo is not None:
+            return memo
+        res = self._disjoint(p, q)
+        self._disjoint_memo.put((p, q), res, 4)
+        return res
+
+    def _disjoint(self, p: int, q: int) -> bool:
         a, b = self.ranges(p), self.ranges(q)
         i = j = 0
         while i < len(a) and j < len(b):
