@@ -783,9 +783,10 @@ class GrammarRules:
         suffix, O(1) per rule.
         """
         rule_of, rule_start = self.rule_of, self.rule_start
-        rules = tuple(dict.fromkeys([rule_of[p] for p in suffix]))
+        rids = [rule_of[p] for p in suffix]
+        rules = tuple(dict.fromkeys(rids))
         order = {r: i for i, r in enumerate(rules)}
-        head = tuple((order[rule_of[p]], p - rule_start[rule_of[p]]) for p in suffix)
+        head = tuple((order[r], p - rule_start[r]) for p, r in zip(suffix, rids))
         memo = self._canon_memo
         digests = []
         for r in rules:
