@@ -791,7 +791,21 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                 bf.open(first.p, 8);
                 n_first = bf.len;
             }
-            if (n_first >= loop_min_rows && w.chain_of(s, levels, ended)) {
+            std::vector<int64_t> cps;   // mask._single_cps: a positive class of at most 8 single code points
+            if (!looping && ranges && c.positive && c.items.size() <= 8) {
+                for (const auto& it : c.items) {
+                    if (it.first != it.second) {
+                        cps.clear();
+                        break;
+                    }
+                    cps.push_back(it.first);
+                }
+                std::sort(cps.begin(), cps.end());
+                cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
+            }
+            // a few single code points go to the trie ranges even where they make a chain (a space after a space):
+            // the chain shortcut decides the rows wholly in the class, here few, and walks the rest row by row
+            if (cps.empty() && n_first >= loop_min_rows && w.chain_of(s, levels, ended)) {
                 // rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain), from
                 // the loop shortcut's cached parts of the class; rows from lim on have at most len(levels) code
                 // points (rows are sorted by length)
@@ -870,18 +884,6 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                 matched_obj = Ref(Py_NewRef(rest));
                 w.spend(n / 64);
             } else {
-                std::vector<int64_t> cps;   // mask._single_cps: a positive class of at most 8 single code points
-                if (ranges && c.positive && c.items.size() <= 8) {
-                    for (const auto& it : c.items) {
-                        if (it.first != it.second) {
-                            cps.clear();
-                            break;
-                        }
-                        cps.push_back(it.first);
-                    }
-                    std::sort(cps.begin(), cps.end());
-                    cps.erase(std::unique(cps.begin(), cps.end()), cps.end());
-                }
                 if (!cps.empty()) {   // the first code point's rows, as trie ranges
                     w.rows += n - k0;
                     w.visits += 1;

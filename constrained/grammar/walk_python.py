@@ -95,6 +95,9 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             continue
         acc[k0:] |= none_left | _partial_match(g, top, val_t, rem_t)
         exits = g.loop_exits(s) if k0 >= LOOP_MIN_ROWS else None
+        # a few single code points go to the trie ranges even where they make a chain (a space after a space): the
+        # chain shortcut decides the rows wholly in the class, there few, and walks the rest row by row
+        cps = _single_cps(g, top) if ranges and exits is None else None
         if exits is not None:     # rows wholly in the loop's class: decided at their end (loop_exits)
             clean, clean_bits, pending, matched = _loop_parts(g, top, t)
             if sure is not None and clean_bits is not None:
@@ -104,7 +107,7 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             acc[e[_loop_end_ok(g, t, top, exits, e)]] = True
             work.looped += k0 - len(matched)
             work.spend(n // 64)
-        elif (k0 >= LOOP_MIN_ROWS and _first_count(g, top, t) >= LOOP_MIN_ROWS
+        elif (cps is None and k0 >= LOOP_MIN_ROWS and _first_count(g, top, t) >= LOOP_MIN_ROWS
               and (chain := g.chain(s)) is not None):
             # rows wholly in a bounded repetition's class: decided by their length (GrammarRules.chain)
             # from the loop shortcut's cached parts of the class: rows from ``lim`` on have at most len(levels)
@@ -125,7 +128,6 @@ def walk_py(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None
             work.looped += k0 - len(matched)
             work.spend(n // 64)
         else:
-            cps = _single_cps(g, top) if ranges else None
             if cps is not None:           # the first code point's rows, as trie ranges
                 work.rows += n - k0
                 work.visits += 1
