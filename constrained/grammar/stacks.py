@@ -786,7 +786,7 @@ class GrammarRules:
         rids = [rule_of[p] for p in suffix]
         rules = tuple(dict.fromkeys(rids))
         order = {r: i for i, r in enumerate(rules)}
-        head = tuple((order[r], p - rule_start[r]) for p, r in zip(suffix, rids))
+        head = tuple((order[r], p - rule_start[r]) for p, r in zip(suffix, rids, strict=True))
         memo = self._canon_memo
         digests = []
         for r in rules:
