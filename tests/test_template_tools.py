@@ -138,10 +138,17 @@ CALL_SHAPES = {
                                       "deepseek-ai-DeepSeek-R1-Distill-Llama-8B.jinja"])
 def test_tool_call_shapes_as_llama_server(template: str) -> None:
     # common_chat_msgs_parse_oaicompat's checks and to_json_oaicompat's shape: the errors' texts and the prompts
+    _assert_shapes_as_llama_server(template, {shape: {"role": "assistant", "tool_calls": [call]}
+                                              for shape, call in CALL_SHAPES.items()})
+
+
+def _assert_shapes_as_llama_server(template: str, messages: dict) -> None:
+    """Each message between two user turns, with tools: our prompt or error text equals the shim's
+    (common_chat_templates_apply after common_chat_msgs_parse_oaicompat)."""
     src = _DUMP if template == "<dump>" else (Path(llama_cpp_source()) / "models" / "templates" / template).read_text()
     t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
-    for shape, call in CALL_SHAPES.items():
-        body = {"messages": [_USER, {"role": "assistant", "tool_calls": [call]}, _USER], "tools": TOOLS}
+    for shape, msg in messages.items():
+        body = {"messages": [_USER, msg, _USER], "tools": TOOLS}
         want = chat_apply(src, body, "<bos>", "<eos>")
         try:
             got = {"prompt": chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]}
@@ -169,16 +176,7 @@ def test_message_shapes_as_llama_server(template: str) -> None:
     # common_chat_msgs_parse_oaicompat on the message itself: role's type error and a missing role inside its
     # "Failed to parse messages" wrapper, tool_calls iterated as nlohmann's range-for does (an object's values,
     # nothing for null, any other value once)
-    src = _DUMP if template == "<dump>" else (Path(llama_cpp_source()) / "models" / "templates" / template).read_text()
-    t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
-    for shape, msg in MESSAGE_SHAPES.items():
-        body = {"messages": [_USER, msg, _USER], "tools": TOOLS}
-        want = chat_apply(src, body, "<bos>", "<eos>")
-        try:
-            got = {"prompt": chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]}
-        except HttpError as e:
-            got = {"error": e.message}
-        assert got == want, shape
+    _assert_shapes_as_llama_server(template, MESSAGE_SHAPES)
 
 
 @pytest.mark.parametrize("expr,want", [
