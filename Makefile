@@ -51,14 +51,14 @@ demo: $(VENV)/.installed
 	$(PY) examples/extract.py
 
 test: $(VENV)/.installed $(VLLM_VENV)/.installed
-	$(PY) -m tests.oracle.llama_server   # the real llama-server oracle: built once (~16 min on 2 cores), then cached
+	$(PY) -m oracle.llama_server   # the real llama-server oracle: built once (~16 min on 2 cores), then cached
 	$(PY) -m pytest -q
 
 lint: $(VENV)/.installed
-	$(VENV)/bin/ruff check constrained sampler tests benchmarks examples
+	$(VENV)/bin/ruff check constrained sampler tests oracle benchmarks scripts examples
 
 bench: $(VENV)/.installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) tests/_build .pytest_cache build $(EXT_BUILT)
+	rm -rf $(VENV) $(VLLM_VENV) oracle/_build .pytest_cache build $(EXT_BUILT)

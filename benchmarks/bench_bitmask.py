@@ -59,7 +59,7 @@ def main() -> int:  # noqa: C901
     from constrained.grammar.matcher import compile_grammar
     from constrained.grammar.tokenindex import vocab_index
     from constrained.json_schema import json_schema_to_gbnf
-    from tests.matcher_support import oracle_vocab
+    from oracle.cases.matcher import oracle_vocab
 
     bg = _bench_grammar()
     load = os.getloadavg()

@@ -30,9 +30,9 @@ def _best_of(fn, repeat: int = 5) -> float:
 
 
 def main() -> None:
-    from tests.json_schema_cases import upstream_cases
-    from tests.oracle.llama import L, vocab_model
-    from tests.oracle.sdist import llama_cpp_source, vocab_gguf
+    from oracle.cases.json_schema import upstream_cases
+    from oracle.llama import L, vocab_model
+    from oracle.sdist import llama_cpp_source, vocab_gguf
 
     vm = vocab_model(vocab_gguf("llama-spm"))
     sets = {

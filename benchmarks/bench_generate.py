@@ -3,7 +3,7 @@
 On the default model, the same schema-constrained generations (same prompts, seeds, parameters) run twice:
 with our ``generate_stream`` (sampler chain + grammar matcher, with llama-server's rejection and redraw), and with
 llama-server's own ``common_sampler_sample`` + ``common_sampler_accept`` (through our C++ shim) on the same logits.
-Both produce the same tokens (tests/test_generate_oracle.py proves it), so they do the same work.
+Both produce the same tokens (tests/llama/test_generate_oracle.py proves it), so they do the same work.
 
 Run: .venv/bin/python benchmarks/bench_generate.py [--runs N]
 """
@@ -21,9 +21,9 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 import numpy as np  # noqa: E402
 
-from constrained.llama import Generation, _resolve_grammar, generate_stream, load_default_model  # noqa: E402
+from constrained.llama.generation import Generation, generate_stream, load_default_model, resolve_grammar  # noqa: E402
+from oracle.server import GRAMMAR_OUTPUT_FORMAT, ServerSampler  # noqa: E402
 from sampler import Params  # noqa: E402
-from tests.oracle.server import GRAMMAR_OUTPUT_FORMAT, ServerSampler  # noqa: E402
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer"},
@@ -48,7 +48,7 @@ def main() -> None:
     c_n = 0
     redraws = 0
     for si, schema in enumerate(SCHEMAS):
-        gbnf = _resolve_grammar(None, schema, False).source
+        gbnf = resolve_grammar(None, schema, False).source
         for seed in range(args.runs):
             params = Params(seed=seed, temp=1.0)
             res = Generation("", [], [], "", [], {})

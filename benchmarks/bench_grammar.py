@@ -199,8 +199,8 @@ def main() -> int:  # noqa: C901
     from constrained.grammar.matcher import CompiledGrammar, compile_grammar
     from constrained.grammar.tokenindex import vocab_index
     from constrained.json_schema import json_schema_to_gbnf
-    from tests.matcher_support import oracle_vocab
-    from tests.oracle.llama import CGrammar
+    from oracle.cases.matcher import oracle_vocab
+    from oracle.llama import CGrammar
 
     for lib in ("xgrammar", "llguidance"):
         print(f"{lib}: {'installed (not driven by this script)' if importlib.util.find_spec(lib) else 'not installed'}")

@@ -93,8 +93,8 @@ def _run(vocab_name: str, name: str, q) -> None:  # noqa: ANN001
 
     from constrained import Grammar
     from constrained.grammar.matcher import compile_grammar
-    from tests.matcher_support import oracle_vocab
-    from tests.oracle.llama import CGrammar
+    from oracle.cases.matcher import oracle_vocab
+    from oracle.llama import CGrammar
 
     vm, vocab = oracle_vocab(vocab_name)
     from constrained.grammar.tokenindex import vocab_index
@@ -194,8 +194,8 @@ def _construction(vocab_name: str, q) -> None:  # noqa: ANN001
     """Parse + matcher vs ``llama_grammar_init_impl`` on two grammars near the element limit (thread CPU time)."""
     from constrained import Grammar
     from constrained.json_schema import json_schema_to_gbnf
-    from tests.matcher_support import oracle_vocab
-    from tests.oracle.llama import CGrammar
+    from oracle.cases.matcher import oracle_vocab
+    from oracle.llama import CGrammar
 
     vm, vocab = oracle_vocab(vocab_name)
     from constrained.grammar.tokenindex import vocab_index

@@ -27,10 +27,10 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 from constrained.errors import ConstrainedError  # noqa: E402
 from constrained.json_schema import _gbnf, convert_json_schema, regex  # noqa: E402
-from tests.json_schema_cases import upstream_cases  # noqa: E402
-from tests.json_schema_suite import all_schemas  # noqa: E402
-from tests.json_schema_table import TABLE  # noqa: E402
-from tests.oracle.schema import oracle_convert  # noqa: E402
+from oracle.cases.json_schema import upstream_cases  # noqa: E402
+from oracle.cases.json_schema_suite import all_schemas  # noqa: E402
+from oracle.cases.json_schema_table import TABLE  # noqa: E402
+from oracle.schema import oracle_convert  # noqa: E402
 
 
 def _big_schema(n: int) -> dict:

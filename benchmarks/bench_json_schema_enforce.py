@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def corpus(n: int) -> list:
     from hypothesis import HealthCheck, given, settings
 
-    from tests.json_schema_strategies import schemas
-    from tests.json_schema_suite import all_schemas
+    from oracle.cases.json_schema_strategies import schemas
+    from oracle.cases.json_schema_suite import all_schemas
 
     out: list = all_schemas()
 
@@ -53,7 +53,7 @@ def main() -> None:
     from constrained import Grammar, Vocabulary
     from constrained.errors import ConstrainedError
     from constrained.json_schema._gbnf import read_gbnf, sample
-    from tests.oracle.sdist import vocab_gguf
+    from oracle.sdist import vocab_gguf
 
     schemas = corpus(args.schemas)
     stats = {}

@@ -28,9 +28,9 @@ def main() -> None:
     from constrained.grammar import Grammar
     from constrained.grammar.lazy_regex import regex_escape
     from constrained.vocab import Vocabulary
-    from tests.oracle.lazy import CLazyGrammar
-    from tests.oracle.llama import vocab_model
-    from tests.oracle.sdist import vocab_gguf
+    from oracle.lazy import CLazyGrammar
+    from oracle.llama import vocab_model
+    from oracle.sdist import vocab_gguf
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--vocab", default="qwen2")

@@ -1,5 +1,5 @@
-"""Benchmark: the s2 sampler (sampler.s2) against the C++ reference program (tests/cpp/s2_oracle.cpp, g++ -O2), and
-sampler.stdalgo's sort/partial_sort against libstdc++'s (tests/cpp/stdalgo_oracle.cpp), in one run.
+"""Benchmark: the s2 sampler (sampler.s2) against the C++ reference program (oracle/shims/s2_oracle.cpp, g++ -O2), and
+sampler.stdalgo's sort/partial_sort against libstdc++'s (oracle/shims/stdalgo_oracle.cpp), in one run.
 
 Run from the repo root: ``.venv/bin/python benchmarks/bench_s2.py [--quick]``.  Prints milliseconds per draw (or per
 call) for both and the ratio ours / C++.  Every timed Python draw is also checked against the C++ draws.
@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from oracle.programs import compile_cpp, s2_oracle_run  # noqa: E402
 from sampler.rng import Mt19937  # noqa: E402
 from sampler.s2 import S2Params, s2_sample  # noqa: E402
 from sampler.stdalgo import partial_sort_perm, sort_perm  # noqa: E402
-from tests.cpp.build import compile_cpp, s2_oracle_run  # noqa: E402
 
 
 def logit_sets(n: int, rs: np.random.Generator) -> dict[str, np.ndarray]:
@@ -35,7 +35,7 @@ def bench_s2(quick: bool) -> None:
     exe = compile_cpp("s2_oracle.cpp")
     rs = np.random.default_rng(0)
     reps = 3 if quick else 7
-    print(f"s2 sampler: ms per draw, best of {reps} batches, wall clock (C++ = tests/cpp/s2_oracle.cpp, g++ -O2)")
+    print(f"s2 sampler: ms per draw, best of {reps} batches, wall clock (C++ = oracle/shims/s2_oracle.cpp, g++ -O2)")
     print(f"{'n':>8} {'logits':<20} {'params (T, top_p, top_k)':<26} {'ours':>8} {'C++':>8} {'ratio':>6}")
     for n in (155_776, 4_096):
         draws = (5 if quick else 10) if n > 10_000 else (50 if quick else 200)

@@ -41,12 +41,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from oracle.chain import CChain  # noqa: E402
+from oracle.llama import L  # noqa: E402
 from sampler import kernels  # noqa: E402
 from sampler.candidates import Candidates  # noqa: E402
 from sampler.chain import Sampler  # noqa: E402
 from sampler.params import Params  # noqa: E402
-from tests.oracle.chain import CChain  # noqa: E402
-from tests.oracle.llama import L  # noqa: E402
 
 CHAINS = {
     "default": Params(seed=1234),

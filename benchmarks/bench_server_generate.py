@@ -1,6 +1,6 @@
 """Tokens per second of ``constrained.llama.generate`` with a JSON schema vs the real llama-server's ``/completion``.
 
-One run on the default model: llama-server (built from the same sources, tests/oracle/llama_server.py) at its
+One run on the default model: llama-server (built from the same sources, oracle/llama_server.py) at its
 defaults and our ``load_model`` with the same (default) flags get the same schema-constrained requests; the tokens
 must be identical (the run stops otherwise). Prompt speed: prompt tokens evaluated / prompt time (llama-server's
 ``timings.prompt_per_second``; ours: tokenizing, sampler set-up and prompt decoding). Generation speed: generated
@@ -20,10 +20,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
-from constrained.flags import parse_server_args  # noqa: E402
 from constrained.llama import default_model_path, generate, load_model, vocabulary_of  # noqa: E402
+from constrained.llama.flags import parse_server_args  # noqa: E402
+from oracle.llama_server import LlamaServer, completion  # noqa: E402
 from sampler import Params  # noqa: E402
-from tests.oracle.llama_server import LlamaServer, completion  # noqa: E402
 
 SCHEMAS = [
     {"type": "object", "properties": {"name": {"type": "string", "maxLength": 30}, "age": {"type": "integer"},

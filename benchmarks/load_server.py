@@ -33,8 +33,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.oracle.llama_server import LlamaServer  # noqa: E402
-from tests.server_support import ours  # noqa: E402
+from oracle.cases.server import ours  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
 
 SCHEMA = {"type": "object", "properties": {"colour": {"enum": ["red", "green", "blue"]},
                                             "count": {"type": "integer", "minimum": 0, "maximum": 99}},

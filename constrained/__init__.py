@@ -21,7 +21,7 @@ _LAZY = {
     "Grammar": ("constrained.grammar", "Grammar"),
     "GrammarMatcher": ("constrained.grammar.matcher", "GrammarMatcher"),
     "json_schema_to_gbnf": ("constrained.json_schema", "json_schema_to_gbnf"),
-    "validate": ("constrained.validation", "validate"),
+    "validate": ("constrained.json_schema.validation", "validate"),
 }
 
 

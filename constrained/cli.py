@@ -116,7 +116,8 @@ def _request_body(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     try:
-        from . import llama as gen
+        from .llama import generation as gen
+        from .llama import model
     except ImportError as err:
         raise _Fail(EXIT_INPUT, str(err)) from err
     from sampler import Params
@@ -140,10 +141,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     model_path = args.model
     if model_path is None:
         try:
-            model_path = gen.default_model_path()
+            model_path = model.default_model_path()
         except ConstrainedError as err:
             raise _Fail(EXIT_MODEL, str(err)) from err
-    from .flags import FlagError, parse_server_args
+    from .errors import FlagError
+    from .llama.flags import parse_server_args
 
     server_argv = list(args.server_flags)
     if args.ctx_size is not None:
@@ -156,12 +158,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise _Fail(EXIT_INPUT, str(err)) from err
     _progress(f"loading model {model_path} ...")
     try:
-        llm = gen.load_model(model_path, sargs)
+        llm = model.load_model(model_path, sargs)
     except ConstrainedError as err:
         raise _Fail(EXIT_MODEL, str(err)) from err
     try:
         base = Params.from_gguf(model_path, base=sargs.sampling, user_set=sargs.sampling_user_set)
-        params = Params.from_request(_request_body(args), base=base, vocab=gen.vocabulary_of(llm))
+        params = Params.from_request(_request_body(args), base=base, vocab=model.vocabulary_of(llm))
     except ValueError as err:
         raise _Fail(EXIT_INPUT, f"invalid sampling parameters: {err}") from err
 
@@ -238,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["serve"]:            # llama-server's own flags, read by constrained.flags
+    if argv[:1] == ["serve"]:            # llama-server's own flags, read by constrained.llama.flags
         from .server.main import serve
 
         return serve(argv[1:])

@@ -46,3 +46,35 @@ class SchemaError(ConstrainedError, ValueError):
 
 class VocabularyError(ConstrainedError, ValueError):
     """A vocabulary that cannot be read (missing file, not GGUF, no tokenizer)."""
+
+
+class TriggerPatternError(GrammarSyntaxError):
+    """A lazy grammar's trigger pattern std::regex refuses, or one whose libstdc++ behaviour is not reproduced here."""
+
+
+class TokenIdError(ConstrainedError, ValueError, TypeError):
+    """A token id that is not an integer (a float, a string, bytes...) or is outside the vocabulary."""
+
+
+class GrammarRejectedToken(ConstrainedError, ValueError):
+    """The engine produced a token the grammar does not allow (its mask was not applied, or was overridden)."""
+
+
+class FlagError(ConstrainedError, ValueError):
+    """A llama-server command line that cannot be used (unknown flag, bad value, unsupported feature)."""
+
+
+class GenerationError(ConstrainedError):
+    """Generation stopped by an error; ``generation`` holds what was produced until then."""
+
+    def __init__(self, message: str, generation: object) -> None:
+        super().__init__(message)
+        self.generation = generation
+
+
+class ChatTemplateError(ConstrainedError, ValueError):
+    """A chat template that cannot be applied (llama-server answers these as errors)."""
+
+
+class ToolError(ConstrainedError):
+    """Bad ``tools`` / ``tool_choice`` (llama-server's message where it has one)."""

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tensor-parallel-size", type=int, default=1)
     a = ap.parse_args(argv)
 
-    import constrained.vllm as cv
+    import constrained.integrations.vllm as cv
 
     cv.enable()                                  # before the engine starts: its processes inherit the switch
     from vllm import LLM

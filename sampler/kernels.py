@@ -2,7 +2,7 @@
 
 The extension is optional: ``pip install -e .`` builds it (see pyproject.toml); without a compiler, or with
 ``CONSTRAINED_PURE_PYTHON=1`` in the environment, :data:`K` is None and every stage runs its numpy port, the
-reference the kernels are tested against bit for bit (``tests/test_sampler_kernels.py``).
+reference the kernels are tested against bit for bit (``tests/sampler/test_sampler_kernels.py``).
 
 The kernels work on a record array laid out as llama.cpp's ``llama_token_data`` (:data:`REC`: int32 id, float
 logit, float p), so libstdc++'s sorts order ties exactly as llama.cpp's do.

@@ -11,7 +11,7 @@ variance sum with one float32 ``cumsum`` over terms ``x`` chosen so that ``fl32(
    were a float midpoint ``M`` with ``a + s != M``; then ``s_M = M - a`` is a float (a multiple of ``2^(e-24)`` below
    ``2^(e-1)``) within ``2^(e-52)`` of ``s``, hence ``s_M == s32 = fl32(s)`` and ``0 < |s - s32| <= lsb(s32) * 2^-29``
    (``lsb`` = value of the lowest set bit of the significand).  No square of a float has that property: all 2^24
-   significands are checked in ``tests/test_sampler_nsigma.py``.
+   significands are checked in ``tests/sampler/test_sampler_nsigma.py``.
 2. *The term.*  ``x = s32`` gives ``fl32(a + s32) == fl32(a + s)`` unless ``a + s32`` is exactly a rounding tie
    (then ``s32`` is a multiple of ``2^(e-24)``); those few candidates take ``x = round_to_odd_24(s)`` instead, which
    rounds like ``s`` on every grid at least 4 times coarser than its own (the round-to-odd property).

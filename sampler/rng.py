@@ -13,7 +13,7 @@ Everything here follows g++ 12's ``bits/random.h`` / ``bits/random.tcc``:
   the distribution's type.
 * :func:`engine` is the generator a drawing sampler owns: the compiled ``sampler._kernels.Mt19937`` (a real
   ``std::mt19937`` whose state lives in C, drawn from inside the stage's own kernel call) when the kernels are built,
-  else :class:`Mt19937`; the two have the same interface and the same outputs (tests/test_sampler_kernels.py).
+  else :class:`Mt19937`; the two have the same interface and the same outputs (tests/sampler/test_sampler_kernels.py).
 * :func:`discrete_distribution` is ``std::discrete_distribution<int>{first, last}(rng)``: with fewer than two weights
   it returns 0 *without drawing*; otherwise the weights are converted to double, summed left to right
   (``std::accumulate``), each divided by the sum, accumulated left to right (``std::partial_sum``), the last

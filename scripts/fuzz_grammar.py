@@ -166,10 +166,10 @@ def _worker(conn, mem_gb: float, case_seconds: float, vocab_name: str | None = N
 
     from constrained import Grammar, validate
     from constrained.errors import ConstrainedError
-    from tests.test_fuzz_grammar import VOCAB, N, reference_mask
+    from tests.grammar.test_fuzz_grammar import VOCAB, N, reference_mask
 
     if vocab_name:
-        from tests.matcher_support import oracle_vocab
+        from oracle.cases.matcher import oracle_vocab
 
         VOCAB = oracle_vocab(vocab_name)[1]  # noqa: N806
         N = len(VOCAB)  # noqa: N806

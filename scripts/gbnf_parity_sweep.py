@@ -21,8 +21,8 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from constrained.grammar import Grammar  # noqa: E402
-from tests.gbnf_support import gbnf_grammars, valid_gbnf_grammars  # noqa: E402
-from tests.test_gbnf_parser import check_ir_parity, check_parity, llama_verdict  # noqa: E402
+from oracle.cases.gbnf import gbnf_grammars, valid_gbnf_grammars  # noqa: E402
+from tests.grammar.test_gbnf_parser import check_ir_parity, check_parity, llama_verdict  # noqa: E402
 
 
 def main() -> None:
@@ -30,8 +30,8 @@ def main() -> None:
     from llama_cpp import Llama
 
     from constrained.vocab import Vocabulary
-    from tests.oracle.llama import vocab_model
-    from tests.oracle.sdist import vocab_gguf
+    from oracle.llama import vocab_model
+    from oracle.sdist import vocab_gguf
 
     path = vocab_gguf("llama-spm")
     oracle = (vocab_model(path), Vocabulary.from_llama(Llama(str(path), vocab_only=True, verbose=False)))

@@ -1,4 +1,4 @@
-"""The bigger sweep behind tests/test_llama_server_parity.py: every flag set, both models, longer generations
+"""The bigger sweep behind tests/llama/test_llama_server_parity.py: every flag set, both models, longer generations
 (``--scale``) and random sampler settings, against the real llama-server. Prints counts per model and flag set.
 
 Run: nice -n 10 .venv/bin/python scripts/llama_server_parity_sweep.py [--scale 3] [--random 20] [--models gemma3-270m]
@@ -13,11 +13,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from constrained.flags import parse_server_args  # noqa: E402
 from constrained.llama import default_model_path, load_model, smollm2_model_path  # noqa: E402
+from constrained.llama.flags import parse_server_args  # noqa: E402
+from oracle.cases.llama_server_parity import FLAG_SETS, PARA, PERSON, run_series, series  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
 from sampler import Params  # noqa: E402
-from tests.llama_server_parity import FLAG_SETS, PARA, PERSON, run_series, series  # noqa: E402
-from tests.oracle.llama_server import LlamaServer  # noqa: E402
 
 
 def random_series(rng: random.Random, n: int) -> list[dict]:

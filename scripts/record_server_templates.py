@@ -1,9 +1,9 @@
 """Record the real llama-server's ``/apply-template`` prompts for every template in the sdist's models/templates/.
 
-For each template, llama-server (``tests.oracle.llama_server``) is started with ``--jinja --chat-template-file`` on
+For each template, llama-server (``oracle.llama_server``) is started with ``--jinja --chat-template-file`` on
 the default model, and the conversations of :data:`CASES` (the messages of llama-server's own template tests, plus a
 multi-turn and an assistant-prefill conversation) are sent to ``/apply-template``. The answers (status and prompt,
-or the error body) go to ``tests/data/server_templates.json``, which ``tests/test_server_templates.py`` compares with
+or the error body) go to ``tests/data/server_templates.json``, which ``tests/server/test_server_templates.py`` compares with
 ``constrained.chat`` for all templates (with ``/props``' ``chat_template_caps``). Run: ``python scripts/record_server_templates.py`` (about 3 minutes).
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.oracle.llama_server import LlamaServer  # noqa: E402
-from tests.oracle.sdist import llama_cpp_source  # noqa: E402
-from tests.server_support import TEMPLATE_CASES as CASES  # noqa: E402
+from oracle.cases.server import TEMPLATE_CASES as CASES  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
+from oracle.sdist import llama_cpp_source  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "server_templates.json"
 

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from oracle.programs import compile_cpp, s2_oracle_run  # noqa: E402
 from sampler import stdalgo as S  # noqa: E402
 from sampler.rng import Mt19937  # noqa: E402
 from sampler.s2 import S2Params, s2_sample  # noqa: E402
-from tests.cpp.build import compile_cpp, s2_oracle_run  # noqa: E402
-from tests.test_s2 import TEMPS, TOP_PS, _logits  # noqa: E402
+from tests.sampler.test_s2 import TEMPS, TOP_PS, _logits  # noqa: E402
 
 
 def sweep_s2(rs: np.random.Generator, exe: Path) -> tuple[int, int]:

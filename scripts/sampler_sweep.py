@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from tests.sampler_support import random_params  # noqa: E402
-from tests.test_sampler_oracle import ACTIVE, COUNTS, run_sequence  # noqa: E402
+from oracle.cases.sampler import random_params  # noqa: E402
+from tests.sampler.test_sampler_oracle import ACTIVE, COUNTS, run_sequence  # noqa: E402
 
 
 def main() -> None:
@@ -42,8 +42,8 @@ def main() -> None:
     vocabs = []
     if a.dry:
         from constrained.vocab import Vocabulary
-        from tests.oracle.llama import vocab_model
-        from tests.oracle.sdist import vocab_gguf
+        from oracle.llama import vocab_model
+        from oracle.sdist import vocab_gguf
         for name in ("gpt-2", "llama-spm"):
             vm = vocab_model(vocab_gguf(name))
             vocabs.append((vm, Vocabulary.from_llama(vm.vocab)))

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The bigger sweep of ``tests/test_server_tools_oracle.py``: chat requests with tools, ``constrained serve`` against
+"""The bigger sweep of ``tests/server/test_server_tools_oracle.py``: chat requests with tools, ``constrained serve`` against
 the real llama-server (same flags, one server at a time), per model.
 
     nice -n 10 .venv/bin/python scripts/server_tools_sweep.py [N per model] [salt]
@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import jsonschema  # noqa: E402
 
 from constrained.llama import smollm2_model_path  # noqa: E402
-from tests.oracle.llama_server import LlamaServer  # noqa: E402
-from tests.server_support import ours  # noqa: E402
-from tests.server_tools_cases import cases, comparable, post, summary, template_path  # noqa: E402
+from oracle.cases.server import ours  # noqa: E402
+from oracle.cases.server_tools import cases, comparable, post, summary, template_path  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
 
 
 def main() -> int:

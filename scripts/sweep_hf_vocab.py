@@ -25,7 +25,7 @@ def main() -> int:
 
     from constrained.vocab import Vocabulary
     from constrained.vocab.gguf_meta import read_metadata
-    from tests.oracle.sdist import vocab_ggufs
+    from oracle.sdist import vocab_ggufs
 
     for p in vocab_ggufs():
         t = time.time()

@@ -10,8 +10,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from constrained.grammar.lazy_regex import TriggerPattern, TriggerPatternError  # noqa: E402
-from tests.lazy_support import random_pattern, random_text  # noqa: E402
-from tests.oracle.lazy import RegexError, regex_find  # noqa: E402
+from oracle.cases.lazy import random_pattern, random_text  # noqa: E402
+from oracle.lazy import RegexError, regex_find  # noqa: E402
 
 
 def main() -> None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Large mask-parity sweep of the grammar matcher against llama.cpp's grammar sampler (outside CI).
 
-Random walks (as ``tests/test_matcher_parity.py``) over llama.cpp's ``grammars/*.gbnf``, two JSON-schema grammars,
+Random walks (as ``tests/grammar/test_matcher_parity.py``) over llama.cpp's ``grammars/*.gbnf``, two JSON-schema grammars,
 a token-reference grammar and the 12 JSON schemas of ``benchmarks/bench_grammar.py``, round-robin over
 vocabularies, until ``--masks`` full-vocabulary step-masks have been compared. Every step also checks ``allows`` on probe tokens and that a rejected token is refused.
 
@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from constrained.json_schema import json_schema_to_gbnf  # noqa: E402
-from tests.matcher_support import oracle_vocab, parity_grammars, parity_walk, parse_gbnf  # noqa: E402
+from oracle.cases.matcher import oracle_vocab, parity_grammars, parity_walk, parse_gbnf  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from bench_grammar import SCHEMAS  # noqa: E402

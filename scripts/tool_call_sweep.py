@@ -1,5 +1,5 @@
 """Tool-call setups vs the real llama-server over the sdist's chat templates (the bigger sweep of
-tests/test_tools_server.py).
+tests/chat/test_tools_server.py).
 
 For each template (default: every template of models/templates/ that ``detect_format`` gives a JSON format), one
 real llama-server (``--jinja --chat-template-file``, the default model) answers ``"verbose": true`` chat requests
@@ -21,9 +21,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from constrained.chat.tools import detect_format  # noqa: E402
-from tests.oracle.llama_server import LlamaServer  # noqa: E402
-from tests.oracle.sdist import llama_cpp_source  # noqa: E402
-from tests.test_tools_server import CHOICES, TOOLSETS, WEATHER, _fn, prompt_differences, setup_differences  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
+from oracle.sdist import llama_cpp_source  # noqa: E402
+from tests.chat.test_tools_server import (  # noqa: E402
+    CHOICES,
+    TOOLSETS,
+    WEATHER,
+    _fn,
+    prompt_differences,
+    setup_differences,
+)
 
 CASES = [(c, p) for c in CHOICES for p in (True, False, None)]
 SWEEP_TOOLSETS = [*TOOLSETS, [WEATHER, _fn("ping"), _fn("search_web", {"type": "object", "properties": {

@@ -18,22 +18,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # Lower number = lower layer. A module may import its own layer and the layers below it.
 LAYERS: dict[str, int] = {
-    "constrained.errors": 0,
-    "constrained.vocab": 1,
-    "constrained.json_schema": 1,     # JSON Schema -> GBNF text; knows nothing of the engine
+    "constrained.errors": 0,          # the one exception tree
+    "constrained.vocab": 1,           # a model's tokens as llama.cpp sees them
+    "constrained.json_schema": 1,     # JSON Schema -> GBNF text, and jsonschema validation; knows nothing of the engine
     "constrained.grammars": 1,        # bundled .gbnf files (package data)
-    "sampler": 2,                     # reads GGUF metadata through constrained.vocab
+    "sampler": 2,                     # llama.cpp's sampler chain; standalone (no import of constrained)
     "constrained.grammar": 2,         # the engine; Grammar.from_json_schema uses the front end below it
-    "constrained.validation": 3,
-    "constrained.chat": 3,
-    "constrained.constraint": 3,      # one sequence under a grammar, shared by the engine integrations (hf, vllm...)
-    "constrained.flags": 3,           # llama-server's command line -> load, sampling and server settings
-    "constrained.slot": 3,            # llama-server's slot bookkeeping: prefix reuse, prompt batches, checkpoints
-    "constrained.llama": 4,
-    "constrained.hf": 4,
-    "constrained.llama_processor": 4,
-    "constrained.vllm": 4,
-    "constrained.server": 5,
+    "constrained.chat": 3,            # chat templates, tool-call formats, reply parsing (PEG), stream deltas
+    "constrained.llama": 4,           # the one-slot llama-server runtime: flags, model, slot, generation
+    "constrained.integrations": 4,    # the engine in other stacks: sequence constraint, hf, llama-cpp-python, vllm
+    "constrained.server": 5,          # HTTP: llama-server's routes, the model thread, the scheduler
     "constrained.cli": 6,
     "constrained": 7,                 # the package root: the public API, lazy re-exports of everything
 }
@@ -135,7 +129,7 @@ def test_import_graph_has_no_cycle() -> None:
 def test_the_checker_sees_a_violation() -> None:
     """The walk is not vacuous: the root imports modules of lower layers, and llama imports the sampler."""
     assert "constrained.errors" in GRAPH["constrained"]
-    assert any(d.startswith("sampler") for d in GRAPH["constrained.llama"])
+    assert any(d.startswith("sampler") for d in GRAPH["constrained.llama.generation"])
     assert any(d.startswith("constrained.json_schema") for d in GRAPH["constrained.grammar.grammar"])
 
 

@@ -28,11 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..errors import ChatTemplateError
+
 __all__ = ["ChatTemplateError", "as_string", "environment", "now"]
-
-
-class ChatTemplateError(ValueError):
-    """A template that cannot be applied (llama-server answers these as errors)."""
 
 
 def _tojson(value: Any, indent: int | None = None, separators: Sequence[str] | None = None,

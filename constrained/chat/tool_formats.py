@@ -3,7 +3,7 @@
 llama.cpp renders each template with probe messages and diffs the outputs (``common/chat-diff-analyzer.cpp``) to
 find where and how a tool call is written; for the JSON formats here that analysis ends in a handful of values (the
 markers, the JSON field names, whether calls sit in an array, the reasoning tags, the generation prompt). Those
-values are recorded below per template family, checked against the real llama-server (``tests/test_tools_server.py``,
+values are recorded below per template family, checked against the real llama-server (``tests/chat/test_tools_server.py``,
 ``scripts/tool_call_sweep.py``) rather than re-derived from a template at run time. ``format_for_template`` picks
 one by the template's text, as ``common_chat_templates_apply_jinja`` dispatches on substrings.
 

@@ -7,7 +7,7 @@ The formats (``tool_call_setup_for_template`` picks one by the chat template, as
   ``<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`` block per call), ``qwen3`` (the same, with
   ``<think>`` reasoning), ``llama3`` (Llama 3.1 / 3.2 / 3.3: a bare ``{"name": ..., "parameters": {...}}``),
   ``mistral_nemo`` (``[TOOL_CALLS][{"name": ..., "arguments": {...}, "id": ...}]``).
-  ``tests/test_tools_server.py`` compares grammars, triggers, prompts and parses with the real llama-server.
+  ``tests/chat/test_tools_server.py`` compares grammars, triggers, prompts and parses with the real llama-server.
 - ``generic`` (ours, for every other template: those that cannot render tools, ChatML, which the default model
   gets, and Gemma 3, and those whose llama-server format is not reproduced): the tools are described in a system
   message and the calls use ``<tool_call>`` blocks under a lazy grammar. llama-server silently drops the tools of
@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import ConstrainedError
+from ..errors import ToolError
 from .tool_formats import FORMATS, ToolFormat, format_for_template
 from .tool_grammar import PEG_JSON_RULES, build_tool_grammar  # noqa: F401 - PEG_JSON_RULES re-exported (server.chat_api)
 from .tool_parse import ParseFailure, parse_json_tools
@@ -52,10 +52,6 @@ __all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_form
 TOOL_OPEN = "<tool_call>\n"
 TOOL_CLOSE = "</tool_call>"
 WORD, PATTERN, PATTERN_FULL, TOKEN = 1, 2, 3, 0
-
-class ToolError(ConstrainedError):
-    """Bad ``tools`` / ``tool_choice`` (llama-server's message where it has one)."""
-
 
 @dataclass(frozen=True)
 class Tool:
@@ -347,7 +343,7 @@ class ParsedReply:
         return m
 
 
-def _new_id() -> str:
+def new_tool_call_id() -> str:
     # server-common.cpp: 32 random alphanumerics
     alphabet = string.ascii_letters + string.digits
     return "".join(secrets.choice(alphabet) for _ in range(32))
@@ -387,14 +383,14 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
             value = None
         i = len(calls)
         calls.append(ToolCall(name, args if isinstance(value, dict) else "{}",
-                              cid or (ids[i] if i < len(ids) else _new_id()), _validate(value, names[name].schema)))
+                              cid or (ids[i] if i < len(ids) else new_tool_call_id()), validate_arguments(value, names[name].schema)))
     if why is not None and not calls:
         return ParsedReply(text, reasoning_content="", parse_error=why)
     return ParsedReply(r.content, calls, r.reasoning, parse_error=why)
 
 
-def _validate(args: Any, schema: Any) -> tuple[str, ...]:
-    """jsonschema's complaints about ``args`` under ``schema`` (``constrained.validation`` is on this layer)."""
+def validate_arguments(args: Any, schema: Any) -> tuple[str, ...]:
+    """jsonschema's complaints about ``args`` under ``schema`` (``constrained.json_schema.validation`` is on this layer)."""
     try:
         import jsonschema
 

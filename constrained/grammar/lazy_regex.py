@@ -16,8 +16,8 @@ translated construct by construct, where the two dialects differ:
 
 Constructs libstdc++ handles in ways not reproduced here are refused with :class:`TriggerPatternError` (back
 references, ``\\cX``, ``\\0`` before a digit, collating ``[[.a.]]`` / equivalence ``[[=a=]]`` classes, counts above
-1000); std::regex's own refusals are refused too. ``tests/test_lazy_regex.py`` checks every construct against
-std::regex itself (``tests/oracle/lazy.py``).
+1000); std::regex's own refusals are refused too. ``tests/grammar/test_lazy_regex.py`` checks every construct against
+std::regex itself (``oracle/lazy.py``).
 
 :attr:`TriggerPattern.reach` bounds how far past its start a match can look (None: unbounded); it lets the lazy
 matcher search only the tail of the buffer that a new token can complete.
@@ -35,15 +35,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import GrammarSyntaxError
+from ..errors import TriggerPatternError
 
 __all__ = ["TriggerPattern", "TriggerPatternError", "regex_escape"]
 
 MAX_COUNT = 1000
-
-
-class TriggerPatternError(GrammarSyntaxError):
-    """A trigger pattern std::regex refuses, or one whose libstdc++ behaviour is not reproduced here."""
 
 
 def regex_escape(word: str) -> str:

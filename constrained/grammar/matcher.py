@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConstrainedError
+from ..errors import TokenIdError
 from ..vocab import Vocabulary
 from .ir import ParsedGrammar
 from .mask import (
@@ -62,10 +62,6 @@ from .walk_python import LOOP_MIN_ROWS
 __all__ = ["CompiledGrammar", "GrammarMatcher", "MatcherLimits", "TokenIdError", "compile_grammar"]
 
 _NO_PARTIAL: Partial = (0, 0)
-
-
-class TokenIdError(ConstrainedError, ValueError, TypeError):
-    """A token id that is not an integer (a float, a string, bytes...) or is outside the vocabulary."""
 
 
 def _norm(value: int, n_remain: int) -> Partial:

@@ -20,7 +20,7 @@ from typing import Any
 from llama_cpp import llama_cpp as L
 
 from ..errors import ConstrainedError
-from ..slot import Checkpoint, add_checkpoint, checkpoint_decision, next_batch_end, plan_reuse
+from ..llama.slot import Checkpoint, add_checkpoint, checkpoint_decision, next_batch_end, plan_reuse
 from .errors import HttpError
 from .slots import Partial, Slot, TokenOut
 
@@ -215,7 +215,7 @@ class BatchStep:
 
 def _checkpoint_with_spans(cps: list[Checkpoint], start: int, end: int, n_prompt: int, user_starts: list[int],
                            n_ubatch: int, pos_min: int, min_step: int) -> bool:
-    """:func:`constrained.slot.checkpoint_decision` with message spans (server-context.cpp:3565-3612): a batch that
+    """:func:`constrained.llama.slot.checkpoint_decision` with message spans (server-context.cpp:3565-3612): a batch that
     starts a user message may be checkpointed mid-prompt, and the last user message always is."""
     near_end = n_prompt < end + n_ubatch
     is_user_start = start in user_starts

@@ -21,9 +21,9 @@ from typing import Any
 from sampler.request import json_type_name
 
 from ..chat import ChatTemplateError, ChatTemplates
+from ..chat.reply_parsers import AutoChatParser, ReplySpec, ResponseFormatParser
 from ..chat.tools import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
-from .chat_parsers import AutoChatParser, ReplySpec, ResponseFormatParser
 from .errors import HttpError
 
 __all__ = ["REASONING_FORMATS", "chat_params", "generation_prompt", "parser_for", "response_format_grammar"]
@@ -377,17 +377,18 @@ def dumps_compact(v: Any) -> str:
 
 def parser_for(body: dict[str, Any]) -> Any:
     """The chat output parser factory for a ``chat_params`` body: ``response_format``'s, the tool-call one
-    (``tools_api.ToolCallParser``), the template's reply parser (:class:`AutoChatParser`) or ``None`` (content only)."""
+    (``chat.tool_stream.ToolCallParser``), the template's reply parser (:class:`AutoChatParser`) or ``None`` (content only)."""
     spec = body.get("_reply")
     if isinstance(spec, ReplySpec):
         gen_prompt = body.get("generation_prompt") or ""
         return lambda: AutoChatParser(spec, gen_prompt)
     if body.get("_response_format"):
         return ResponseFormatParser
-    from .tools_api import ToolCallParser, ToolPlan
+    from ..chat.tool_stream import ToolCallParser
+    from .tools_api import ToolPlan
 
     plan = body.get("_tools")
     if isinstance(plan, ToolPlan) and plan.active:
         gen_prompt = body.get("generation_prompt") or ""
-        return lambda: ToolCallParser(plan, gen_prompt)
+        return lambda: ToolCallParser(plan.setup, gen_prompt)
     return None

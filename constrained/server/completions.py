@@ -17,9 +17,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from ..chat.reply_parsers import ContentParser
 from .batch import user_message_starts
 from .bodies import error_response, json_response
-from .chat_parsers import ContentParser
 from .errors import HttpError
 from .jsonout import DONE, PING, sse
 from .results import (

@@ -7,7 +7,7 @@ its own :class:`sampler.Sampler` and grammar matcher (``sample_constrained`` = `
 requests wait for a free slot; a cancelled task (a client that went away) frees its slot at the next iteration.
 
 Slot choice, prompt reuse, prompt splitting and the sliding-window checkpoints (saved and restored with
-``llama_state_seq_*_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``) follow llama-server (:mod:`constrained.slot`),
+``llama_state_seq_*_ext(..., LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY)``) follow llama-server (:mod:`constrained.llama.slot`),
 with the same KV cache layout (``swa_full`` as given), so requests served one at a time get the real
 llama-server's tokens for the same flags.
 
@@ -82,9 +82,9 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         say = progress or (lambda s: None)
         if not os.path.isfile(cfg.model_path):
             raise ConstrainedError(f"model file not found: {cfg.model_path}")
-        from ..llama import _silence_llama_log
+        from ..llama.model import silence_llama_log
 
-        _silence_llama_log()
+        silence_llama_log()
         say(f"loading model {cfg.model_path} ...")
         mp = L.llama_model_default_params()
         mp.n_gpu_layers = 0

@@ -1,6 +1,6 @@
 """``constrained serve [llama-server flags]`` / ``python -m constrained.server``: start the server.
 
-The flags are llama-server's (:func:`constrained.flags.parse_server_args`); without ``-m`` the default model is
+The flags are llama-server's (:func:`constrained.llama.flags.parse_server_args`); without ``-m`` the default model is
 served. A progress line is printed while the model loads, then one line per request.
 
 Example:
@@ -13,8 +13,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..errors import ConstrainedError
-from ..flags import FlagError, ServerArgs, parse_server_args
+from ..errors import ConstrainedError, FlagError
+from ..llama.flags import ServerArgs, parse_server_args
 from .app import ServerConfig, ServerState, build_app
 from .engine import EngineConfig
 
@@ -27,7 +27,7 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
 
     model = a.model
     if not model:
-        from ..llama import default_model_path
+        from ..llama.model import default_model_path
 
         model = default_model_path()
     sampling = Params.from_gguf(model, base=a.sampling, user_set=a.sampling_user_set)

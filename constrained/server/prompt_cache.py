@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ..slot import common_prefix
+from ..llama.slot import common_prefix
 
 __all__ = ["CachedPrompt", "PromptCache"]
 

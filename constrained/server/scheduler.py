@@ -23,7 +23,7 @@ from sampler import Sampler
 
 from ..errors import ConstrainedError
 from ..grammar import Grammar
-from ..slot import common_prefix
+from ..llama.slot import common_prefix
 from .errors import HttpError
 from .slots import Slot, Task
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from sampler import Sampler
 
-from ..slot import Checkpoint
+from ..llama.slot import Checkpoint
 from .task import TaskParams
 
 __all__ = ["STOP_EOS", "STOP_LIMIT", "STOP_NONE", "STOP_WORD", "Final", "Partial", "Slot", "Task", "TokenOut"]

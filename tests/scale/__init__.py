@@ -2,7 +2,7 @@
 in their own venv (``make setup-vllm`` builds ``.venv-vllm``; see the Makefile for why it is separate).
 
 Run them there directly (``.venv-vllm/bin/python -m pytest tests/scale``); the main suite runs each of them
-through :func:`run_in_scale_venv` (tests/test_bitmask.py, test_hf.py, test_vllm.py), so they are never skipped.
+through :func:`run_in_scale_venv` (tests/grammar/test_bitmask.py, test_hf.py, test_vllm.py), so they are never skipped.
 """
 
 from __future__ import annotations

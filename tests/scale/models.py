@@ -13,7 +13,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from tests.oracle.sdist import cache_dir
+from oracle.sdist import cache_dir
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

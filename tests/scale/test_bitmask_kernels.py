@@ -22,7 +22,7 @@ from constrained.grammar.bitmask import (
     unpack_bitmask,
 )
 from constrained.vocab import Vocabulary
-from tests.oracle.sdist import vocab_gguf
+from oracle.sdist import vocab_gguf
 
 WIDTHS = [1, 31, 32, 33, 49152, 151936, 262145]
 # (vocabulary size, logits width): logits padded past the vocabulary, as models round their embedding up

@@ -1,4 +1,4 @@
-"""transformers ``generate`` on SmolLM2-135M with :class:`constrained.hf.GrammarLogitsProcessor`: every generated
+"""transformers ``generate`` on SmolLM2-135M with :class:`constrained.integrations.hf.GrammarLogitsProcessor`: every generated
 token is replayed through llama.cpp's own grammar sampler (``llama_sampler_init_grammar`` on the model's GGUF
 vocabulary), which must accept it, and end-of-generation must come only where llama.cpp's grammar allows it."""
 
@@ -14,9 +14,9 @@ from constrained.grammars import load
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from constrained import Grammar
-from constrained.constraint import GrammarRejectedToken
-from constrained.hf import GrammarLogitsProcessor
-from tests.oracle.llama import CGrammar, vocab_model
+from constrained.integrations.constraint import GrammarRejectedToken
+from constrained.integrations.hf import GrammarLogitsProcessor
+from oracle.llama import CGrammar, vocab_model
 
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 6}, "age": {"type": "integer",
           "minimum": 0, "maximum": 120}}, "required": ["name", "age"], "additionalProperties": False}

@@ -11,7 +11,7 @@ from transformers import AutoTokenizer
 
 from constrained.vocab import Vocabulary
 from constrained.vocab.gguf_meta import read_metadata
-from tests.oracle.sdist import vocab_gguf
+from oracle.sdist import vocab_gguf
 
 
 def _pre(path: Path) -> str:

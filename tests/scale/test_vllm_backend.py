@@ -12,7 +12,7 @@ import pytest
 
 os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"     # the engine in this process: the grammars can be inspected
 
-import constrained.vllm as cv  # noqa: E402
+import constrained.integrations.vllm as cv  # noqa: E402
 
 cv.enable()
 
@@ -21,9 +21,9 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 from vllm.sampling_params import StructuredOutputsParams as SO  # noqa: E402
 
+from constrained.integrations.vllm.backend import ConstrainedBackend, choice_gbnf  # noqa: E402
 from constrained.json_schema import JSON_OBJECT_SCHEMA  # noqa: E402
-from constrained.vllm.backend import ConstrainedBackend, choice_gbnf  # noqa: E402
-from tests.oracle.llama import vocab_model  # noqa: E402
+from oracle.llama import vocab_model  # noqa: E402
 from tests.scale.vllm_support import ENGINE, check_json, gbnf_of, replay  # noqa: E402
 
 PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 8},

@@ -1,4 +1,4 @@
-"""vLLM's V1 logits-processor path with :class:`constrained.vllm.ConstrainedLogitsProcessor` (opt-in per request):
+"""vLLM's V1 logits-processor path with :class:`constrained.integrations.vllm.ConstrainedLogitsProcessor` (opt-in per request):
 parity mode's tokens, drawn by our llama-server chain on vLLM's logits, are exactly what vLLM emits and exactly what
 llama-server's own ``common_sampler_sample`` (the C++ shim) draws from the same logits rows with the same seed and
 grammar; the mask-only mode's output is accepted by llama.cpp's grammar sampler; other requests run unconstrained."""
@@ -16,9 +16,9 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.exceptions import VLLMValidationError  # noqa: E402
 
 from constrained import Grammar  # noqa: E402
-from constrained.vllm import ConstrainedLogitsProcessor  # noqa: E402
+from constrained.integrations.vllm import ConstrainedLogitsProcessor  # noqa: E402
+from oracle.llama import vocab_model  # noqa: E402
 from sampler import Params  # noqa: E402
-from tests.oracle.llama import vocab_model  # noqa: E402
 from tests.scale.vllm_support import ENGINE, check_json, replay  # noqa: E402
 
 POINT = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
@@ -43,7 +43,7 @@ def _body(opts: dict, parity: dict | None) -> dict:
 
 
 def test_parity_mode_equals_llama_server_sampling_on_vllm_logits(llm: LLM, smollm2_gguf: Path) -> None:
-    from tests.oracle.server import GRAMMAR_USER, InjectedLogits, ServerSampler, load_model
+    from oracle.server import GRAMMAR_USER, InjectedLogits, ServerSampler, load_model
 
     ConstrainedLogitsProcessor.requests.clear()
     params = [SamplingParams(max_tokens=16, temperature=1.0, seed=1, extra_args=_body(o, p)) for _, o, p in PARITY]

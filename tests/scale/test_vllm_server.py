@@ -19,7 +19,7 @@ import pytest
 from constrained.grammars import load
 
 from constrained import Grammar
-from tests.oracle.llama import vocab_model
+from oracle.llama import vocab_model
 from tests.scale.vllm_support import check_json, replay
 
 CITY = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10},

@@ -9,7 +9,7 @@ from typing import Any
 import jsonschema
 
 from constrained import Grammar
-from tests.oracle.llama import CGrammar
+from oracle.llama import CGrammar
 
 # one OpenMP thread on one core: spinning threads crawl on a shared, loaded 2-core machine
 os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "0")

@@ -59,7 +59,7 @@ def download(url, out=None, bar=None):
 
 def prepare(work: Path) -> Path:
     """Lay out the work folder; returns the tests directory to run pytest in."""
-    from tests.oracle.sdist import llama_cpp_source
+    from oracle.sdist import llama_cpp_source
 
     src = Path(llama_cpp_source())
     tests = work / "tools" / "server" / "tests"
@@ -83,8 +83,8 @@ def prepare(work: Path) -> Path:
 def run(args: list[str], *, work: Path | None = None, port: int = 18500,
         timeout: float = 1800) -> tuple[int, dict[str, str], str]:
     """Run pytest on the upstream suite with ``args``; returns (exit code, {test id: outcome}, output)."""
-    from tests.oracle.sdist import cache_dir
-    from tests.server_support import launcher_binary
+    from oracle.cases.server import launcher_binary
+    from oracle.sdist import cache_dir
 
     work = work or (cache_dir() / "server-suite")
     tests = prepare(work)

@@ -1,0 +1,67 @@
+"""llama.cpp's chat-template rendering through a C++ shim (``render_shim.cpp``, built by
+:func:`oracle.cxx.build_shim`): one template rendered by llama.cpp's jinja engine with exactly the given inputs
+(:func:`render`), the prompt llama-server builds for a chat request with tools (:func:`chat_apply`), and its
+reply parser's messages (:func:`chat_parse_body`)."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from oracle.cxx import build_shim
+
+
+@lru_cache(maxsize=1)
+def _lib() -> ctypes.CDLL:
+    lib = build_shim(Path(__file__).resolve().parent / "shims" / "render_shim.cpp")
+    for name in ("render_shim", "chat_apply_shim"):
+        fn = getattr(lib, name)
+        fn.argtypes = [ctypes.c_char_p] * 4
+        fn.restype = ctypes.c_void_p
+    lib.chat_apply_model_shim.argtypes = [ctypes.c_char_p] * 2
+    lib.chat_apply_model_shim.restype = ctypes.c_void_p
+    lib.chat_parse_body_shim.argtypes = [ctypes.c_char_p] * 3
+    lib.chat_parse_body_shim.restype = ctypes.c_void_p
+    lib.render_free.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+def _call(name: str, *args: str) -> Any:
+    """The shim function ``name`` on the UTF-8 texts ``args``: its JSON answer (the buffer freed)."""
+    lib = _lib()
+    p = getattr(lib, name)(*(a.encode() for a in args))
+    try:
+        return json.loads(ctypes.string_at(p).decode("utf-8"))
+    finally:
+        lib.render_free(p)
+
+
+def render(template: str, inputs: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:
+    """``common_chat_template_direct_apply`` with ``inputs`` (``messages``, ``tools``, ``add_generation_prompt``,
+    ``enable_thinking``, ``extra_context``) as given: ``{"prompt"}`` or ``{"error"}``."""
+    return _call("render_shim", template, bos, eos, json.dumps(inputs))
+
+
+def chat_apply(template: str, body: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:
+    """The prompt llama-server's chat route builds for ``body`` (``messages``, ``tools``, ``tool_choice``,
+    ``parallel_tool_calls``) with its defaults: ``{"prompt"}`` or ``{"error"}``."""
+    return _call("chat_apply_shim", template, bos, eos, json.dumps(body))
+
+
+def chat_parse_body(template: str, body: dict[str, Any], texts: list[tuple[str, bool]]) -> list[dict[str, Any]]:
+    """``common_chat_parse`` of each ``(text, is_partial)`` with the parser llama-server builds for ``body`` (also
+    ``chat_template_kwargs.enable_thinking``, ``reasoning_format``): ``{"ok": True, "msg"}`` or ``{"ok": False,
+    "error"}`` each (a setup error is raised as RuntimeError)."""
+    out = _call("chat_parse_body_shim", template, json.dumps(body), json.dumps([[t, bool(b)] for t, b in texts]))
+    if isinstance(out, dict):
+        raise RuntimeError(out["error"])
+    return out
+
+
+def chat_apply_model(gguf_path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """:func:`chat_apply` with the templates of a GGUF (its default and ``tool_use`` templates, BOS/EOS texts):
+    ``{"prompt"}`` or ``{"error"}``."""
+    return _call("chat_apply_model_shim", gguf_path, json.dumps(body))
