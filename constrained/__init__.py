@@ -6,11 +6,18 @@ The root imports only the light core (lark, numpy, jsonschema); integrations liv
 from __future__ import annotations
 
 from .errors import (
+    ChatTemplateError,
     ConstrainedError,
+    FlagError,
+    GenerationError,
     GrammarLimitError,
+    GrammarRejectedToken,
     GrammarStateError,
     GrammarSyntaxError,
     SchemaError,
+    TokenIdError,
+    ToolError,
+    TriggerPatternError,
     VocabularyError,
 )
 from .vocab import TokenAttr, Vocabulary
@@ -34,5 +41,6 @@ def __getattr__(name: str):  # PEP 562: import the heavier modules on first use
     raise AttributeError(f"module 'constrained' has no attribute {name!r}")
 
 
-__all__ = ["ConstrainedError", "GrammarLimitError", "GrammarStateError", "GrammarSyntaxError", "SchemaError", "TokenAttr",
-           "Vocabulary", "VocabularyError", *_LAZY]
+__all__ = ["ChatTemplateError", "ConstrainedError", "FlagError", "GenerationError", "GrammarLimitError",
+           "GrammarRejectedToken", "GrammarStateError", "GrammarSyntaxError", "SchemaError", "TokenAttr", "TokenIdError",
+           "ToolError", "TriggerPatternError", "Vocabulary", "VocabularyError", *_LAZY]

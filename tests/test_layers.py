@@ -149,3 +149,69 @@ def test_public_paths_kept(path: str) -> None:
 
     mod, _, attr = path.rpartition(".")
     assert getattr(importlib.import_module(mod), attr) is not None
+
+
+def _classes_deriving_exceptions() -> list[tuple[str, str]]:
+    """Public classes (no leading underscore) that subclass an exception, outside ``constrained/errors.py``."""
+    out = []
+    for module, path in MODULES.items():
+        if module == "constrained.errors":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                bases = {b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases}
+                if any(b.endswith(("Error", "Exception")) or b in ("ConstrainedError",) for b in bases):
+                    out.append((module, node.name))
+    return out
+
+
+# internal signals that never leave their module's callers (caught inside the package); not part of the API
+INTERNAL_EXCEPTIONS = {("constrained.chat.peg", "PegFail"), ("constrained.chat.tool_parse", "ParseFailure"),
+                       ("constrained.grammar._gbnf_text", "Fail"), ("constrained.json_schema._pattern", "UnsupportedPattern"),
+                       ("constrained.json_schema._pattern", "InvalidPattern"), ("constrained.json_schema.regex", "Unsupported"),
+                       ("constrained.json_schema.validation", "PatternTimeout"), ("constrained.server.errors", "HttpError")}
+
+
+def test_public_exceptions_live_in_errors() -> None:
+    """One exception tree: every public exception is defined in ``constrained/errors.py`` under ConstrainedError."""
+    import constrained.errors as errors
+
+    stray = [c for c in _classes_deriving_exceptions() if c not in INTERNAL_EXCEPTIONS]
+    assert not stray, f"exceptions defined outside constrained/errors.py: {stray}"
+    for name in dir(errors):
+        obj = getattr(errors, name)
+        if isinstance(obj, type) and issubclass(obj, Exception) and obj.__module__ == "constrained.errors":
+            assert issubclass(obj, errors.ConstrainedError), name
+            import constrained
+
+            assert getattr(constrained, name) is obj, f"constrained.{name} is not exported"
+
+
+def test_no_private_import_across_packages() -> None:
+    """``from pkg.mod import _name`` only inside ``pkg`` (a name used by another package is public)."""
+    bad = []
+    for module, path in MODULES.items():
+        top = _layer_of(module)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                target = node.module
+                if not (target.startswith("constrained") or target.startswith("sampler")):
+                    continue
+                if _layer_of(target)[0] == top:
+                    continue
+                if any(part.startswith("_") for part in target.split(".")):
+                    bad.append(f"{module}: imports the private module {target}")
+                bad += [f"{module}: from {target} import {a.name}" for a in node.names
+                        if a.name.startswith("_") and a.name != "__version__"]
+            elif isinstance(node, ast.ImportFrom) and node.level > 0:
+                is_pkg = path.name == "__init__.py"
+                for target in _resolve(module, node, is_pkg):
+                    base = target
+                    while base and base not in MODULES:
+                        base = base.rpartition(".")[0]
+                    if base and _layer_of(base)[0] != top:
+                        if any(part.startswith("_") for part in base.split(".")):
+                            bad.append(f"{module}: imports the private module {base}")
+                        bad += [f"{module}: from {'.' * node.level}{node.module or ''} import {a.name}"
+                                for a in node.names if a.name.startswith("_")]
+    assert not bad, bad

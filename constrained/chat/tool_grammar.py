@@ -162,8 +162,8 @@ def build_tool_grammar(fmt: ToolFormat, tools: Sequence[Any], *, parallel: bool,
     call, then the calls; it is prefilled with the generation prompt) or ``"call"`` (ours for ``required`` and a named
     choice: the reply is the calls and nothing else, no prefill).
     """
-    from ..json_schema._json import load
     from ..json_schema.converter import Converter
+    from ..json_schema.json_text import load
     from ..json_schema.nodes import build_document
 
     conv = Converter()

@@ -30,8 +30,8 @@ from typing import Any
 from ..errors import SchemaError
 from . import nodes as _nodes
 from ._gbnf import load_checks, productive_rules, read_gbnf
-from ._json import load, path_of, u
 from .converter import Converter
+from .json_text import load, path_of, u
 from .nodes import KEYWORDS, SELECTORS, Keyword
 from .report import UnenforcedKeyword, collect
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from ._json import INT_MAX
 from ._rules import build_repetition
+from .json_text import INT_MAX
 
 MAX_PATTERN_DEPTH = 100
 NON_LITERAL = frozenset("|.()[]{}*+?^$")

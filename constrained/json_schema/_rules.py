@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from ..errors import SchemaError
-from ._json import INT64_MAX, INT64_MIN, INT_MAX, wrap_int
+from .json_text import INT64_MAX, INT64_MIN, INT_MAX, wrap_int
 
 SPACE_RULE = '| " " | "\\n"{1,2} [ \\t]{0,20}'
 
@@ -94,7 +94,7 @@ def int_range_body(minimum: int, maximum: int, path: str) -> str:
     try:
         _min_max_int(minimum, maximum, out, 16, True)
     except _RangeError:
-        from ._json import u
+        from .json_text import u
         raise SchemaError("JSON schema conversion failed:\nAt least one of min_value or max_value must be set",
                           path=u(path)) from None
     out.append(")")
@@ -240,7 +240,7 @@ def _min_max_int(lo: int, hi: int, out: list[str], decimals_left: int, top_level
 
 def not_strings(strings: list[str], char_rule: str) -> str:
     """A JSON string that is none of ``strings`` (a trie over code points), as ``_not_strings``."""
-    from ._json import b, u
+    from .json_text import b, u
 
     root: dict = {}
     ends_at_root = False

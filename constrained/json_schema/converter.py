@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from ..errors import SchemaError
 from . import nodes as N
-from ._json import INT64_MAX, INT64_MIN, INT_MAX, dump, u
 from ._pattern import InvalidPattern, UnsupportedPattern, pattern_to_rule
 from ._rules import (
     INVALID_RULE_CHARS,
@@ -31,6 +30,7 @@ from ._rules import (
     int_range_body,
     not_strings,
 )
+from .json_text import INT64_MAX, INT64_MIN, INT_MAX, dump, u
 
 
 @dataclass

@@ -9,7 +9,7 @@ from fractions import Fraction
 from typing import Any
 
 from ..errors import SchemaError
-from ._json import value_type
+from .json_text import value_type
 
 TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 MAX_BRANCHES = 64

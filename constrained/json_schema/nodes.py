@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SchemaError
-from ._json import INT64_MAX, INT64_MIN, b, double_to_int64, is_integer, is_number, u, wrap_int
+from .json_text import INT64_MAX, INT64_MIN, b, double_to_int64, is_integer, is_number, u, wrap_int
 
 MAX_SCHEMA_DEPTH = 200
 """Deepest nesting of subschemas accepted (llama.cpp has no limit but its stack)."""

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import nodes as N
-from ._json import INT64_MAX, INT64_MIN, u, value_type, wrap_int
 from .converter import Converter
+from .json_text import INT64_MAX, INT64_MIN, u, value_type, wrap_int
 
 
 @dataclass(frozen=True)
@@ -386,7 +386,7 @@ def _value_types(n: N.Node | None, depth: int = 0) -> frozenset[str]:
 def _literals(n: N.Node | None) -> frozenset[str] | None:
     n = _resolve(n)
     if n is not None and n.kind in (N.CONST, N.ENUM):
-        from ._json import dump
+        from .json_text import dump
 
         return frozenset(dump(v) for v in n.values)
     return None

@@ -252,7 +252,7 @@ def validate(document: Any, schema: Any, *, parse: bool | None = None) -> list[V
 
     Raises SchemaError only when the schema itself is not a valid JSON schema or cannot be used.
     """
-    from ._json import load
+    from .json_text import load
 
     value = load(schema)
     if parse is None:

@@ -23,7 +23,7 @@ from constrained.json_schema import (
     json_schema_to_gbnf,
     server_json_schema,
 )
-from constrained.json_schema._json import dump, load
+from constrained.json_schema.json_text import dump, load
 from constrained.json_schema.validation import ValidationIssue, validate
 
 OBJ = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},

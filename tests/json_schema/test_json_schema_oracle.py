@@ -230,8 +230,8 @@ def test_integer_range_leaks_are_real_and_complete(gpt2) -> None:  # noqa: ANN00
     llama.cpp's grammar, and (b) an exhaustive check over small numbers: no leak is missed."""
     import re
 
-    from constrained.json_schema._json import INT64_MAX, INT64_MIN
     from constrained.json_schema._rules import int_range_body
+    from constrained.json_schema.json_text import INT64_MAX, INT64_MIN
     from constrained.json_schema.report import integer_range_leaks
     from oracle.cases.json_schema import accepted_by_llama
 
