@@ -1,6 +1,6 @@
 """GBNF parse time: ``Grammar.from_gbnf`` (lark + layout + checks) against llama.cpp's ``llama_sampler_init_grammar``
 (its parser plus the initial stacks), on llama.cpp's grammars/, our bundled grammars and the 78 grammars of
-llama.cpp's JSON-schema tests.
+llama.cpp's JSON-schema test cases (test-json-schema-to-grammar.cpp).
 
 Usage: GGML_NO_BACKTRACE=1 .venv/bin/python benchmarks/bench_gbnf_parse.py
 """

@@ -21,7 +21,8 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 import numpy as np  # noqa: E402
 
-from constrained.llama.generation import Generation, generate_stream, load_default_model, resolve_grammar  # noqa: E402
+from constrained.llama.generation import Generation, generate_stream, resolve_grammar  # noqa: E402
+from constrained.llama.model import load_default_model  # noqa: E402
 from oracle.server import GRAMMAR_OUTPUT_FORMAT, ServerSampler  # noqa: E402
 from sampler import Params  # noqa: E402
 

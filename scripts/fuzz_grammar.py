@@ -166,7 +166,7 @@ def _worker(conn, mem_gb: float, case_seconds: float, vocab_name: str | None = N
 
     from constrained import Grammar, validate
     from constrained.errors import ConstrainedError
-    from tests.grammar.test_fuzz_grammar import VOCAB, N, reference_mask
+    from oracle.cases.fuzz_vocab import VOCAB, N, reference_mask
 
     if vocab_name:
         from oracle.cases.matcher import oracle_vocab

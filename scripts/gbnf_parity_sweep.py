@@ -22,7 +22,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from constrained.grammar import Grammar  # noqa: E402
 from oracle.cases.gbnf import gbnf_grammars, valid_gbnf_grammars  # noqa: E402
-from tests.grammar.test_gbnf_parser import check_ir_parity, check_parity, llama_verdict  # noqa: E402
+from oracle.cases.gbnf_parity import check_ir_parity, check_parity, llama_verdict  # noqa: E402
 
 
 def main() -> None:

@@ -19,11 +19,10 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 
-from oracle.cases.json_schema import check_documents  # noqa: E402
+from oracle.cases.json_schema import COUNTS, check_documents, compare_with_oracle  # noqa: E402
 from oracle.cases.json_schema_strategies import schemas  # noqa: E402
 from oracle.llama import L, vocab_model  # noqa: E402
 from oracle.sdist import vocab_gguf  # noqa: E402
-from tests.json_schema.test_json_schema_oracle import COUNTS, compare_with_oracle  # noqa: E402
 
 
 def main(n: int, last: str | None = None) -> None:

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from oracle.cases.s2 import TEMPS, TOP_PS, s2_logits  # noqa: E402
 from oracle.programs import compile_cpp, s2_oracle_run  # noqa: E402
 from sampler import stdalgo as S  # noqa: E402
 from sampler.rng import Mt19937  # noqa: E402
 from sampler.s2 import S2Params, s2_sample  # noqa: E402
-from tests.sampler.test_s2 import TEMPS, TOP_PS, _logits  # noqa: E402
 
 
 def sweep_s2(rs: np.random.Generator, exe: Path) -> tuple[int, int]:
@@ -28,7 +28,7 @@ def sweep_s2(rs: np.random.Generator, exe: Path) -> tuple[int, int]:
                           temperature=float(rs.choice(TEMPS + [0.3, 5.0])),
                           top_p=float(rs.choice(TOP_PS + [0.5, 0.95, -1.0, 2.0])),
                           top_k=int(rs.choice([0, -3, 1, 2, 30, 100, n, n + 1])),
-                          logits=[_logits(rs, n) for _ in range(int(rs.integers(1, 4)))]))
+                          logits=[s2_logits(rs, n) for _ in range(int(rs.integers(1, 4)))]))
     total = bad = 0
     for c, (ids, nxt, _) in zip(cases, s2_oracle_run(cases, exe), strict=True):
         g = Mt19937(c["seed"])

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from oracle.cases.sampler import random_params  # noqa: E402
-from tests.sampler.test_sampler_oracle import ACTIVE, COUNTS, run_sequence  # noqa: E402
+from oracle.cases.sampler_chain import ACTIVE, COUNTS, run_sequence  # noqa: E402
 
 
 def main() -> None:

@@ -21,16 +21,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from constrained.chat.tools import detect_format  # noqa: E402
-from oracle.llama_server import LlamaServer  # noqa: E402
-from oracle.sdist import llama_cpp_source  # noqa: E402
-from tests.chat.test_tools_server import (  # noqa: E402
+from oracle.cases.tool_templates import (  # noqa: E402
     CHOICES,
     TOOLSETS,
     WEATHER,
-    _fn,
     prompt_differences,
     setup_differences,
 )
+from oracle.cases.tool_templates import function_tool as _fn  # noqa: E402
+from oracle.llama_server import LlamaServer  # noqa: E402
+from oracle.sdist import llama_cpp_source  # noqa: E402
 
 CASES = [(c, p) for c in CHOICES for p in (True, False, None)]
 SWEEP_TOOLSETS = [*TOOLSETS, [WEATHER, _fn("ping"), _fn("search_web", {"type": "object", "properties": {

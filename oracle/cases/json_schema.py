@@ -9,12 +9,15 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from constrained.errors import SchemaError
 from constrained.json_schema import convert_json_schema
+from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf
+from oracle.schema import OTHER_EXCEPTION, oracle_convert
 from oracle.sdist import llama_cpp_source
 
 _SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "\\": "\\", '"': '"', "'": "'", "0": "\0", "?": "?"}
@@ -160,3 +163,51 @@ def check_documents(vm, eos: int, schema: Any, rng: Any, n: int = 3, budget: int
             assert not issues, f"no unenforced keyword reported, yet\nschema: {schema}\ndoc: {doc!r}\n{issues}"
             validated += 1
     return accepted, validated
+
+
+# ---- ours against llama.cpp's converter (the oracle tests and scripts/json_schema_sweep.py) ----------------
+
+WARNING_PREFIX = "WARNING: JSON schema conversion was incomplete: "
+COUNTS: dict[str, int] = {}
+
+
+def count(key: str) -> None:
+    """Add one to ``COUNTS[key]``."""
+    COUNTS[key] = COUNTS.get(key, 0) + 1
+
+
+def schema_text(schema: object) -> str:
+    """A schema as the JSON text both converters read (a string is taken as it is)."""
+    return schema if isinstance(schema, str) else json.dumps(schema, ensure_ascii=False)
+
+
+def _never_send_to_oracle(message: str) -> bool:
+    """Schemas on which llama.cpp would crash the test process (stack overflow) or that exceed our limits."""
+    return "recurse forever" in message or "too deeply" in message or "too large" in message
+
+
+def compare_with_oracle(schema: object) -> str:
+    """Ours vs llama.cpp's converter: 'same' (text or error), or the checked reason we differ."""
+    text = schema_text(schema)
+    status, result = ours(text)
+    if status == 1 and _never_send_to_oracle(result):
+        return "crash-avoided"
+    o = oracle_convert(text)
+    if o.status == OTHER_EXCEPTION:  # nlohmann could not parse the JSON text
+        assert status == 1 and result.startswith("JSON schema is not valid JSON"), (text, o.text, result)
+        return "same"
+    if status == 1 and "never finishes loading" in result:
+        # llama.cpp returns a grammar with a {m,n}, n < m, that its own grammar parser loops on
+        assert o.ok and inverted_repetitions(read_gbnf(o.text)), (text, o.text)
+        return "hang-refused"
+    if status == 1 and "the grammar accepts nothing" in result:
+        # llama.cpp returns a grammar here: it must be one that accepts nothing
+        assert o.ok, (text, o.text)
+        assert "root" not in productive_rules(read_gbnf(o.text)), (text, o.text)
+        return "empty-refused"
+    assert (o.status, o.text) == (status, result), f"\nschema: {text}\nllama.cpp: {o.text}\nours:      {result}"
+    if o.ok:
+        conv = convert_json_schema(text)
+        expected_warning = (WARNING_PREFIX + "; ".join(conv.warnings) + "\n") if conv.warnings else ""
+        assert o.warnings == expected_warning, (text, o.warnings, conv.warnings)
+    return "same"

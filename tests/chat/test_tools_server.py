@@ -22,17 +22,14 @@ import sys
 
 import pytest
 
-from constrained.chat import ChatTemplates
-from constrained.chat.template import ChatTemplateError
 from constrained.chat.tool_formats import FORMATS
 from constrained.chat.tools import (
     detect_format,
     parse_reply,
-    template_messages,
-    template_tools,
     tool_call_setup_for_template,
 )
-from constrained.grammar import Grammar
+from oracle.cases.tool_templates import CHOICES, TOOLSETS, WEATHER, prompt_differences, setup_differences
+from oracle.cases.tool_templates import function_tool as _fn
 from oracle.llama_server import LlamaServer
 from oracle.sdist import llama_cpp_source
 
@@ -43,25 +40,6 @@ TEMPLATES = ALL if os.environ.get("CONSTRAINED_TOOLS_ALL") else SUITE
 END_TOKENS = [[1, 100], [106, 100]]           # Gemma's <eos> and <end_of_turn>: stop at once
 
 
-def _fn(name, params=None, desc="d"):
-    f = {"name": name, "description": desc}
-    if params is not None:
-        f["parameters"] = params
-    return {"type": "function", "function": f}
-
-
-WEATHER = _fn("get_weather", {"type": "object", "properties": {"location": {"type": "string"}},
-                              "required": ["location"]})
-TOOLSETS = [
-    [WEATHER],
-    [_fn("add", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "number"}},
-                 "required": ["a", "b"]}),
-     _fn("search", {"type": "object", "properties": {"q": {"type": "string", "maxLength": 20},
-                                                      "tags": {"type": "array", "items": {"enum": ["x", "y"]}}}})],
-    [_fn("ping"), _fn("z_last", {}), _fn("Mixed.Case-name", {"type": "object", "properties": {
-        "opt": {"type": "boolean"}, "nested": {"type": "object", "properties": {"k": {"type": "null"}}}}})],
-]
-CHOICES = ["auto", "required", "none", {"type": "function", "function": {"name": None}}]
 # the suite (time): auto and required with parallel_tool_calls true / false / absent, none with it absent; the named
 # choice (llama-server's = auto, by construction) and the rest with CONSTRAINED_TOOLS_ALL=1 and the sweep script
 SUITE_CASES = ([(c, p) for c in CHOICES for p in (True, False, None)] if os.environ.get("CONSTRAINED_TOOLS_ALL")
@@ -75,67 +53,12 @@ def server(request, default_model_path):
         yield srv, path.read_text()
 
 
-def _choice(c, tools):
-    if isinstance(c, dict):
-        return {"type": "function", "function": {"name": tools[-1]["function"]["name"]}}
-    return c
-
-
-def setup_differences(srv: LlamaServer, source: str, tools: list, cases: list) -> tuple[int, list]:
-    """Compare ``tool_call_setup_for_template(..., llama_server_compat=True)`` with llama-server's ``__verbose``
-    for each (tool_choice, parallel_tool_calls or None: absent): (cases compared, [(case, field)] that differ)."""
-    n, diffs = 0, []
-    for c, par in cases:
-        choice = _choice(c, tools)
-        body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": choice,
-                "verbose": True, "max_tokens": 0}
-        if par is not None:
-            body["parallel_tool_calls"] = par
-        gs = srv.post("/v1/chat/completions", body)["__verbose"]["generation_settings"]
-        ours = tool_call_setup_for_template(source, tools, choice, par, llama_server_compat=True)
-        mine = {"grammar": ours.grammar or "", "grammar_lazy": ours.grammar_lazy,
-                "grammar_triggers": ours.grammar_triggers, "generation_prompt": ours.generation_prompt,
-                # ids of single-token strings only: the default vocabulary has none of these markers
-                "preserved_tokens": []}
-        diffs += [((choice, par), k) for k, v in mine.items() if gs[k] != v]
-        if ours.grammar:
-            Grammar.from_gbnf(ours.grammar)
-        n += 1
-    return n, diffs
-
-
 @pytest.mark.parametrize("ti", range(len(TOOLSETS)))
 def test_setup_matches_llama_server(server, ti: int) -> None:
     srv, source = server
     assert detect_format(source) != "generic"
     n, diffs = setup_differences(srv, source, TOOLSETS[ti], SUITE_CASES)
     assert n == len(SUITE_CASES) and diffs == []
-
-
-HISTORY = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
-           {"role": "assistant", "content": None, "tool_calls": [
-               {"type": "function", "id": "call12345", "function": {"name": "get_weather",
-                                                                   "arguments": '{"location": "Paris"}'}}]},
-           {"role": "tool", "tool_call_id": "call12345", "content": "22 C, sunny"},
-           {"role": "assistant", "content": "It is 22 C and sunny."}, {"role": "user", "content": "And tomorrow?"}]
-
-
-def prompt_differences(srv: LlamaServer, source: str, tools: list) -> tuple[int, list]:
-    """``/apply-template`` vs ``ChatTemplates.apply(template_messages(...), tools=template_tools(...))`` for a
-    one-message conversation and HISTORY (a template that raises must raise in both): (cases, differing cases)."""
-    t = ChatTemplates(source, bos_token="<bos>", eos_token="<eos>", add_bos=True, add_eos=False)
-    setup = tool_call_setup_for_template(source, tools, "auto")
-    n, diffs = 0, []
-    for msgs in ([{"role": "user", "content": "hi"}], HISTORY):
-        r = srv.post("/apply-template", {"messages": msgs, "tools": tools})
-        try:
-            got = t.apply(template_messages(msgs, setup), jinja=True, tools=template_tools(tools))
-        except ChatTemplateError:
-            got = None                                 # llama-server: HTTP 400
-        n += 1
-        if got != r.get("prompt"):
-            diffs.append(len(msgs))
-    return n, diffs
 
 
 def test_prompt_matches_llama_server(server) -> None:

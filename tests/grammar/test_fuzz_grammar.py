@@ -14,18 +14,9 @@ from hypothesis import strategies as st
 from constrained import Grammar, validate
 from constrained.errors import ConstrainedError
 from constrained.grammar.mask import by_id, walk_bfs
-from constrained.grammar.tokenindex import apply_view, decode_utf8
-from constrained.vocab import Vocabulary
+from oracle.cases.fuzz_vocab import VOCAB, N, reference_mask
 from oracle.cases.gbnf import gbnf_grammars, valid_gbnf_grammars
 from oracle.cases.json_schema_strategies import json_values, schemas
-
-PIECES = [b"a", b"b", b"ab", b"ba", b"aaa", b" ", b"  ", b"\n", b"0", b"12", b"\"", b"{", b"}", b"[", b"]", b",",
-          b"(", b")", b"x", b"z", "é".encode(), "é".encode()[:1], "é".encode()[1:], "ß".encode() + b"a",
-          "\u3042".encode()[:2], "\u3042".encode()[2:], b"\xf0\x9f", b"\x98\x80", b"\\", b"-", b"", b"\x00a", b"</s>",
-          b"<s>", b"a b", b"\t"]
-VOCAB = Vocabulary(PIECES, eog_ids=[PIECES.index(b"</s>")],
-                   tokenizer=lambda b, ps: [PIECES.index(b)] if b in PIECES else [0, 0])
-N = len(PIECES)
 
 OPS = st.lists(st.one_of(
     st.tuples(st.just("accept"), st.integers(0, N - 1)),
@@ -36,25 +27,6 @@ OPS = st.lists(st.one_of(
     st.tuples(st.just("fork"), st.just(0)),
     st.tuples(st.just("reset"), st.just(0)),
 ), max_size=12)
-
-
-def reference_mask(m) -> np.ndarray:  # noqa: ANN001
-    """llama_grammar_apply_impl by the port: every candidate through ``reject_candidates`` in llama.cpp's order."""
-    cg = m.compiled
-    g, idx = cg.rules, cg.index
-    stacks, partial = m.stacks, m.partial_utf8
-    out = np.zeros(N, dtype=bool)
-    cands = []
-    for tok in range(N):
-        if idx.eog[tok]:
-            out[tok] = any(not s for s in stacks)
-        elif not idx.dead[tok]:
-            cps, val, rem = decode_utf8(PIECES[tok], *partial)
-            cands.append((tok, apply_view(cps), 0, (val if rem > 0 else 0, rem), tok))
-    rejected = {c[0] for c in g.reject_candidates(stacks, cands)} if stacks else {c[0] for c in cands}
-    for c in cands:
-        out[c[0]] = c[0] not in rejected
-    return out
 
 
 def _check_mask(m) -> None:  # noqa: ANN001

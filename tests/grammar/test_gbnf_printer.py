@@ -85,7 +85,9 @@ def test_round_trip_known_grammars():
 
 
 def test_round_trip_test_grammar_parser_cases():
-    from tests.grammar.test_gbnf_parser import PARSINGS
+    from oracle.cases.gbnf_parity import grammar_parser_cases
+
+    _, PARSINGS = grammar_parser_cases()  # noqa: N806
 
     for text, _, _ in PARSINGS:
         assert_same_rules(Grammar.from_gbnf(text))

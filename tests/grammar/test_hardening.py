@@ -433,7 +433,7 @@ def test_nested_nullable_repetitions_accept_is_bounded() -> None:
     """The fuzzer's slow case (seed 592089): `[^\\n]{0,3}{0,300}` then the token 'aaa' from 600 stacks takes 81M
     stack steps (llama.cpp's per-stack loop is the same algorithm); past ``max_accept_work`` it is a clear
     GrammarLimitError and the state is unchanged; below the bound the result is exact."""
-    from tests.grammar.test_fuzz_grammar import VOCAB, reference_mask
+    from oracle.cases.fuzz_vocab import VOCAB, reference_mask
 
     aaa = VOCAB.pieces.index(b"aaa")
     m = Grammar.from_gbnf('root ::= [^\\n]{0,3}{0,300}').matcher(VOCAB)

@@ -13,65 +13,28 @@ sent to the shim.
 
 from __future__ import annotations
 
-import json
 import random
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from constrained.errors import SchemaError
-from constrained.json_schema import convert_json_schema, json_mode_gbnf, server_json_schema
-from constrained.json_schema._gbnf import inverted_repetitions, productive_rules, read_gbnf
-from oracle.cases.json_schema import check_documents, ours, trim, upstream_cases
+from constrained.json_schema import json_mode_gbnf, server_json_schema
+from oracle.cases.json_schema import (
+    COUNTS,
+    check_documents,
+    compare_with_oracle,
+    count,
+    ours,
+    schema_text,
+    trim,
+    upstream_cases,
+)
 from oracle.cases.json_schema_strategies import chaos, schemas
 from oracle.cases.json_schema_table import TABLE
-from oracle.schema import OTHER_EXCEPTION, oracle_convert
+from oracle.schema import oracle_convert
 
 CASES = upstream_cases()
-WARNING_PREFIX = "WARNING: JSON schema conversion was incomplete: "
-COUNTS: dict[str, int] = {}
-
-
-def _count(key: str) -> None:
-    COUNTS[key] = COUNTS.get(key, 0) + 1
-
-
-def _text(schema: object) -> str:
-    return schema if isinstance(schema, str) else json.dumps(schema, ensure_ascii=False)
-
-
-def _never_send_to_oracle(message: str) -> bool:
-    """Schemas on which llama.cpp would crash the test process (stack overflow) or that exceed our limits."""
-    return "recurse forever" in message or "too deeply" in message or "too large" in message
-
-
-def compare_with_oracle(schema: object) -> str:
-    """Ours vs llama.cpp's converter: 'same' (text or error), or the checked reason we differ."""
-    text = _text(schema)
-    status, result = ours(text)
-    if status == 1 and _never_send_to_oracle(result):
-        return "crash-avoided"
-    o = oracle_convert(text)
-    if o.status == OTHER_EXCEPTION:  # nlohmann could not parse the JSON text
-        assert status == 1 and result.startswith("JSON schema is not valid JSON"), (text, o.text, result)
-        return "same"
-    if status == 1 and "never finishes loading" in result:
-        # llama.cpp returns a grammar with a {m,n}, n < m, that its own grammar parser loops on
-        assert o.ok and inverted_repetitions(read_gbnf(o.text)), (text, o.text)
-        return "hang-refused"
-    if status == 1 and "the grammar accepts nothing" in result:
-        # llama.cpp returns a grammar here: it must be one that accepts nothing
-        assert o.ok, (text, o.text)
-        assert "root" not in productive_rules(read_gbnf(o.text)), (text, o.text)
-        return "empty-refused"
-    assert (o.status, o.text) == (status, result), f"\nschema: {text}\nllama.cpp: {o.text}\nours:      {result}"
-    if o.ok:
-        conv = convert_json_schema(text)
-        expected_warning = (WARNING_PREFIX + "; ".join(conv.warnings) + "\n") if conv.warnings else ""
-        assert o.warnings == expected_warning, (text, o.warnings, conv.warnings)
-    return "same"
-
-
 # ---- llama.cpp's own test cases ---------------------------------------------------------------------------------
 
 def test_upstream_case_count() -> None:
@@ -95,7 +58,7 @@ def test_upstream_case(case) -> None:  # noqa: ANN001
 
 @pytest.mark.parametrize("schema", TABLE, ids=[f"t{i}" for i in range(len(TABLE))])
 def test_table_against_oracle(schema) -> None:  # noqa: ANN001
-    _count("table:" + compare_with_oracle(schema))
+    count("table:" + compare_with_oracle(schema))
 
 
 def test_table_size() -> None:
@@ -130,7 +93,7 @@ def test_integer_ranges_against_oracle() -> None:
           suppress_health_check=list(HealthCheck))
 @given(schemas())
 def test_generated_schemas_against_oracle(schema) -> None:  # noqa: ANN001
-    _count("hypothesis:" + compare_with_oracle(schema))
+    count("hypothesis:" + compare_with_oracle(schema))
 
 
 # ---- JSON mode ----------------------------------------------------------------------------------------------------
@@ -194,7 +157,7 @@ def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
     vm, _eos = gpt2
     both = 0
     for schema in TABLE:
-        text = _text(schema)
+        text = schema_text(schema)
         status, result = ours(text)
         if status == 1:
             continue
@@ -222,7 +185,7 @@ def test_grammar_loads_iff_llama_cpp_loads_it(gpt2) -> None:  # noqa: ANN001
 @given(chaos())
 def test_arbitrary_keyword_soup_against_oracle(value) -> None:  # noqa: ANN001
     # never anything but a grammar or a SchemaError, and the same outcome as llama.cpp
-    _count("chaos:" + compare_with_oracle(value))
+    count("chaos:" + compare_with_oracle(value))
 
 
 def test_integer_range_leaks_are_real_and_complete(gpt2) -> None:  # noqa: ANN001

@@ -11,48 +11,13 @@ import math
 import numpy as np
 import pytest
 
+from oracle.cases.s2 import TEMPS, TOP_PS, s2_logits
 from oracle.programs import compile_cpp, gxx, s2_oracle_run
 from sampler.rng import Mt19937
 from sampler.s2 import S2Params, S2Sampler, expf, s2_sample
 from sampler.stdalgo import sort_perm
 
 needs_gxx = pytest.mark.skipif(gxx() is None, reason="no C++ compiler (g++) to build the s2 oracle")
-
-TEMPS = [-1.0, 0.0, 0.8, 1.0, 2.0]
-TOP_PS = [0.0, 0.8, 1.0]
-
-
-def _logits(rs: np.random.Generator, n: int) -> np.ndarray:
-    kind = int(rs.integers(0, 8))
-    if kind == 0:
-        x = rs.normal(size=n) * float(rs.choice([1.0, 3.0, 10.0]))
-    elif kind == 1:  # heavy ties: 1..8 distinct values
-        x = rs.integers(0, int(rs.integers(1, 9)), n) * float(rs.choice([0.1, 1.0, 5.0]))
-    elif kind == 2:
-        x = np.round(rs.normal(size=n) * 3)
-    elif kind == 3:
-        x = np.round(rs.normal(size=n) * 2, 1)
-    elif kind == 4:  # a peaked, llm-like distribution
-        x = rs.normal(size=n) * 2 + np.where(rs.random(n) < 0.002, 12.0, 0.0)
-    elif kind == 5:
-        x = rs.normal(size=n) * 0.001  # nearly flat: top-p keeps many
-    elif kind == 6:
-        x = np.full(n, float(rs.normal()))
-    else:
-        x = np.round(rs.normal(size=n) * 30)  # wide: many probabilities underflow
-    x = x.astype(np.float32)
-    r = rs.random()
-    if r < 0.3:
-        x[rs.random(n) < rs.random()] = -np.inf
-    elif r < 0.33:
-        x[:] = -np.inf
-        x[rs.integers(0, n, 2)] = 1.0
-    elif r < 0.35:
-        x[rs.integers(0, n, int(rs.integers(1, 3)))] = np.inf
-    elif r < 0.36:
-        x[:] = -np.inf
-    return x
-
 
 def _cases(rs: np.random.Generator, n: int, count: int, draws: tuple[int, int], sets: int = 3) -> list[dict]:
     cases = []
@@ -63,7 +28,7 @@ def _cases(rs: np.random.Generator, n: int, count: int, draws: tuple[int, int], 
             temperature=float(rs.choice(TEMPS)),
             top_p=float(rs.choice(TOP_PS)),
             top_k=int(rs.choice([0, -1, 1, 30, n])),
-            logits=[_logits(rs, n) for _ in range(int(rs.integers(1, sets + 1)))],
+            logits=[s2_logits(rs, n) for _ in range(int(rs.integers(1, sets + 1)))],
         ))
     return cases
 

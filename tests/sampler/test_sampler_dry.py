@@ -12,10 +12,10 @@ pytest.importorskip("llama_cpp")
 
 from constrained.vocab import Vocabulary  # noqa: E402
 from oracle.cases.sampler import random_params  # noqa: E402
+from oracle.cases.sampler_chain import ACTIVE, run_sequence  # noqa: E402
 from oracle.llama import L, vocab_model  # noqa: E402
 from oracle.sdist import vocab_gguf  # noqa: E402
 from sampler.dry import process_breakers, token_text, token_texts  # noqa: E402
-from tests.sampler.test_sampler_oracle import ACTIVE, run_sequence  # noqa: E402
 
 BREAKER_SETS = [("\n", ":", "\"", "*"), ("ab",), (" the", "x:y"), ("verylongbreaker" * 4,), ("\"\"", "*", "\n\n")]
 

@@ -14,9 +14,9 @@ from constrained.errors import VocabularyError  # noqa: E402
 from constrained.vocab import Vocabulary  # noqa: E402
 from constrained.vocab.tokenizer import GgufTokenizer  # noqa: E402
 from oracle.cases.sampler import random_params  # noqa: E402
+from oracle.cases.sampler_chain import ACTIVE, run_sequence  # noqa: E402
 from oracle.llama import vocab_model  # noqa: E402
 from oracle.sdist import vocab_ggufs  # noqa: E402
-from tests.sampler.test_sampler_oracle import ACTIVE, run_sequence  # noqa: E402
 
 TEXTS = ["Hello world", " leading space", "x:y\n\n\"quoted\" *bold*", "ümlaut ñ 日本語 🙂", "  two  spaces\t",
          "<s>not special</s>", "12345 + 678 = 999", ""]
