@@ -1,7 +1,7 @@
 """Conversion time per schema: constrained.json_schema vs llama.cpp's json_schema_to_grammar (through the C++ shim of
 the oracle tests), in the same run, on the same schemas, interleaved ours / theirs, in thread CPU time.
 
-Schemas: our oracle table (``tests/json_schema_table``), llama.cpp's own converter cases, every schema of the
+Schemas: our oracle table (``oracle/cases/json_schema_table.py``), llama.cpp's own converter cases, every schema of the
 JSON-Schema-Test-Suite (drafts 2020-12 and 7) and three large ones. Each schema is converted ``--repeat`` times by
 both sides (the fastest kept); before each of our conversions the converter's caches of earlier results
 (``read_body``, ``body_facts``, ``compile_pattern``) are cleared, so a figure never comes from a cache of an earlier

@@ -2,7 +2,7 @@
 fully enforced (empty report), the compile time, and the matcher's mask time on both kinds of grammar.
 
 Schemas: the JSON-Schema-Test-Suite's (drafts 2020-12 and 7, every file) plus hypothesis-drawn schemas from
-``tests/json_schema_strategies`` (deterministic), at least 2,000 in all. Mask time: ``mask()`` at each position of a
+``oracle/cases/json_schema_strategies.py`` (deterministic), at least 2,000 in all. Mask time: ``mask()`` at each position of a
 document drawn from the "all" grammar, fresh state per grammar, on gpt-2's vocabulary; llama.cpp mode measured on
 the same schemas' llama.cpp grammars with documents drawn from them.
 

@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import os
 from types import ModuleType
 
@@ -41,7 +40,7 @@ IMPORT_ERROR: str | None = None
 K: ModuleType | None = None
 if not PURE:
     try:
-        K = importlib.import_module(f"{__package__}._kernels")
+        from . import _kernels as K  # noqa: N814
     except ImportError as e:  # not built (no compiler at install time)
         IMPORT_ERROR = f"{type(e).__name__}: {e}"
         K = None

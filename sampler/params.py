@@ -15,19 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .cconv import (  # noqa: F401  (re-exported: the names callers know from this module)
-    _CANONICAL,
-    DEFAULT_SAMPLERS,
-    FLT_MAX,
-    INT32_MAX,
-    SAMPLER_CHARS,
-    SAMPLER_NAMES,
-    f32,
-    samplers_from_chars,
-    samplers_from_names,
-    strtof,
-    strtol,
-)
+from .cconv import _CANONICAL, DEFAULT_SAMPLERS, f32
 from .gguf_sampling import read_sampling_kv
 from .request import eval_ollama, eval_request
 

@@ -7,7 +7,7 @@ crashes (the worker died), hangs (a case past the time limit), mask mismatches a
 
     nice -n 10 .venv/bin/python scripts/fuzz_grammar.py --seconds 900 --mem-gb 3 --case-seconds 10
 
-``--vocab NAME`` (one of tests/oracle's vocab-only GGUFs, e.g. ``llama-spm`` or ``gemma-4``) runs the call sequences
+``--vocab NAME`` (one of the oracle's vocab-only GGUFs, oracle/sdist.py, e.g. ``llama-spm`` or ``gemma-4``) runs the call sequences
 over a real vocabulary instead, where the compiled walk's shortcuts and helpers take over (loop and chain shortcuts,
 trie ranges, the wide classes prepared at compile, packing by id, the seeded direct walk, ``fill_bits_for``): each
 mask is then compared with the Python reference walk of the state (``mask.walk_py`` over a fresh copy of the table,
@@ -104,8 +104,7 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
 
     import numpy as np
 
-    from constrained.grammar import mask as M
-    from constrained.grammar import packing
+    from constrained.grammar import packing, walk_python
     from constrained.grammar.tokenindex import vocab_index
 
     idx = vocab_index(vocab)
@@ -126,10 +125,10 @@ def _python_reference(vocab):  # noqa: ANN001, ANN202
             if m.partial_utf8[1] > 0:
                 pt = fresh(idx.partial_table(*m.partial_utf8))
                 b = np.zeros(cg.n_vocab, dtype=bool)
-                b[pt.ids[M.walk_py(g, pt, m.stacks)]] = True
+                b[pt.ids[walk_python.walk_py(g, pt, m.stacks)]] = True
             else:
                 t = fresh(idx.table)
-                b = M.by_id(t, M.walk_py(g, t, m.stacks))
+                b = packing.by_id(t, walk_python.walk_py(g, t, m.stacks))
         finally:
             packing.COMPILED_HELPERS = old
         b[idx.eog_ids] = m.can_end()
@@ -270,7 +269,7 @@ def main() -> None:
     ap.add_argument("--case-seconds", type=float, default=10.0)
     ap.add_argument("--start", type=int, default=0)
     ap.add_argument("--batch", type=int, default=200)
-    ap.add_argument("--vocab", default=None, help="a real vocabulary (tests/oracle's GGUFs): compiled vs Python walk")
+    ap.add_argument("--vocab", default=None, help="a real vocabulary (the oracle's GGUFs, oracle/sdist.py): compiled vs Python walk")
     args = ap.parse_args()
     total = {"inputs": 0, "ok": 0, "clean": 0, "wrong_type": 0, "mismatch": 0, "hang": 0, "cases": 0, "crash": 0}
     failures: list = []

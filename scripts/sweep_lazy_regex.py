@@ -9,7 +9,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from constrained.grammar.lazy_regex import TriggerPattern, TriggerPatternError  # noqa: E402
+from constrained.errors import TriggerPatternError  # noqa: E402
+from constrained.grammar.lazy_regex import TriggerPattern  # noqa: E402
 from oracle.cases.lazy import random_pattern, random_text  # noqa: E402
 from oracle.lazy import RegexError, regex_find  # noqa: E402
 

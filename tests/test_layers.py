@@ -48,6 +48,22 @@ def _module_files() -> dict[str, Path]:
 MODULES = _module_files()
 
 
+def _extension_modules() -> set[str]:
+    """The compiled extensions (``[[tool.setuptools.ext-modules]]`` of pyproject.toml): leaves of the graph, imported
+    plainly (``from . import _walk``) by their package's one loader."""
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    out = set()
+    for block in text.split("[[tool.setuptools.ext-modules]]")[1:]:
+        for line in block.splitlines():
+            if line.startswith("name ="):
+                out.add(line.split("=", 1)[1].strip().strip('"'))
+                break
+    return out
+
+
+EXTENSIONS = _extension_modules()
+
+
 def _layer_of(module: str) -> tuple[str, int]:
     best = ""
     for name in LAYERS:
@@ -66,8 +82,8 @@ def _resolve(module: str, node: ast.ImportFrom | ast.Import, is_pkg: bool) -> li
         here = module.split(".") if is_pkg else module.split(".")[:-1]
         up = here[: len(here) - (node.level - 1)]
         base = ".".join(up + ([node.module] if node.module else []))
-    # "from pkg import name" may name a submodule: count it when it is one of ours
-    names = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES]
+    # "from pkg import name" may name a submodule: count it when it is one of ours (or one of our extensions)
+    names = [f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES or f"{base}.{a.name}" in EXTENSIONS]
     return names or [base]
 
 
@@ -79,6 +95,8 @@ def _imports() -> dict[str, set[str]]:
         for node in ast.walk(tree):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _resolve(module, node, path.name == "__init__.py"):
+                    if target in EXTENSIONS:
+                        continue                   # a compiled leaf: imports nothing of ours
                     while target and target not in MODULES:
                         target = target.rpartition(".")[0]
                     if target and target != module:
@@ -88,6 +106,12 @@ def _imports() -> dict[str, set[str]]:
 
 
 GRAPH = _imports()
+
+
+def test_extensions_are_known() -> None:
+    assert EXTENSIONS == {"sampler._kernels", "constrained.grammar._walk"}
+    assert "constrained.grammar._walk" not in GRAPH["constrained.grammar.stacks"]
+    assert "constrained.grammar" not in GRAPH["constrained.grammar.stacks"]   # ``from . import _walk`` is no cycle
 
 
 def test_every_module_has_a_layer() -> None:
@@ -215,3 +239,91 @@ def test_no_private_import_across_packages() -> None:
                         bad += [f"{module}: from {'.' * node.level}{node.module or ''} import {a.name}"
                                 for a in node.names if a.name.startswith("_")]
     assert not bad, bad
+
+
+def _extension_importers() -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                for target in _resolve(module, node, path.name == "__init__.py"):
+                    if target in EXTENSIONS:
+                        out.setdefault(target, []).append(module)
+    return out
+
+
+def test_one_extension_loader_per_package() -> None:
+    """Each compiled extension is imported by exactly one module of its package (the others read it from there)."""
+    importers = _extension_importers()
+    assert importers == {"sampler._kernels": ["sampler.kernels"],
+                         "constrained.grammar._walk": ["constrained.grammar.stacks"]}, importers
+
+
+def _dynamic_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """``importlib.import_module(...)`` / ``__import__(...)`` calls, with the function they are in."""
+    out = []
+
+    def visit(node: ast.AST, func: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            name = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else func
+            if isinstance(child, ast.Call):
+                f = child.func
+                called = (f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else "")
+                if called in ("import_module", "__import__"):
+                    out.append((child.lineno, func))
+            visit(child, name)
+
+    visit(tree, "")
+    return out
+
+
+def test_no_importlib_tricks() -> None:
+    """Our modules import each other with ``import`` statements, which this checker reads: a module loaded by name
+    (``importlib.import_module``, ``__import__``) is allowed only in a package's PEP 562 ``__getattr__`` (the lazy
+    public API of ``__init__.py``). (``importlib.util.find_spec`` for an optional dependency is no import.)"""
+    bad = []
+    for module, path in MODULES.items():
+        for line, func in _dynamic_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (path.name == "__init__.py" and func == "__getattr__"):
+                bad.append(f"{module}:{line}")
+    assert not bad, f"modules loaded by name (use a plain import): {bad}"
+
+
+def _reexports(module: str, path: Path) -> tuple[bool, list[str]]:
+    """(the module is only imports, [names imported from our modules and not used in it])."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant))]
+    body = [n for n in body if not (isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                                        for t in n.targets))]
+    only_imports = bool(body) and all(isinstance(n, (ast.Import, ast.ImportFrom)) for n in body)
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.level > 0 or (node.module or "").split(".")[0] in
+                                                 ("constrained", "sampler")):
+            for a in node.names:
+                imported[a.asname or a.name] = a.name
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    return only_imports, sorted(k for k in imported if k not in used)
+
+
+def test_no_facade_modules() -> None:
+    """No module (``__init__.py`` apart: the packages' public API) that only re-exports, and no name imported from
+    our modules only to be importable from another place: import a name from the module that defines it."""
+    facades, reexported = [], []
+    for module, path in sorted(MODULES.items()):
+        if path.name == "__init__.py":
+            continue
+        only, names = _reexports(module, path)
+        if only:
+            facades.append(module)
+        reexported += [f"{module}: {n}" for n in names]
+    assert not facades, f"modules that only re-export: {facades}"
+    assert not reexported, f"names imported and not used (re-exports): {reexported}"
+
+
+def test_the_facade_check_sees_one(tmp_path: Path) -> None:
+    f = tmp_path / "facade.py"
+    f.write_text('"""A facade."""\nfrom .stacks import GrammarRules, Stack  # noqa: F401\n__all__ = ["Stack"]\n')
+    assert _reexports("constrained.grammar.facade", f) == (True, ["GrammarRules", "Stack"])
+    f.write_text("import importlib\n\ndef load():\n    return importlib.import_module('x')\n")
+    assert _dynamic_imports(ast.parse(f.read_text())) == [(4, "load")]

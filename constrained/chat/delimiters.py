@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .template import CHATML_TEMPLATE, ChatTemplateError, ChatTemplates  # noqa: F401  (CHATML_TEMPLATE: the doctest)
+from .template import ChatTemplateError, ChatTemplates
 
 __all__ = ["message_delimiters"]
 

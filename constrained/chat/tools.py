@@ -42,7 +42,7 @@ from typing import Any
 
 from ..errors import ToolError
 from .tool_formats import FORMATS, ToolFormat, format_for_template
-from .tool_grammar import PEG_JSON_RULES, build_tool_grammar  # noqa: F401 - PEG_JSON_RULES re-exported (server.chat_api)
+from .tool_grammar import build_tool_grammar
 from .tool_parse import ParseFailure, parse_json_tools
 
 __all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",

@@ -5,7 +5,7 @@
 // stays in Python: next_stacks, loop_exits, character classes and the per-table row sets are Python callbacks
 // (memoised there), so grammar semantics live in one place.
 //
-// Interface (see constrained/grammar/mask.py, _walk_kernel):
+// Interface (see constrained/grammar/mask.py: walk_kernel, and _kernel, which builds one Kernel per rules object):
 //   Kernel(types: buffer of int32, bottom, token, token_not, visit_cost): one per GrammarRules (its class cache)
 //   Kernel.walk(stacks, table, left, loop_min_rows, range_min_rows, range_max_stacks, range_depth, lex, seed,
 //               want_pops, want_sure, (next_stacks, loop_exits, klass, value, chain, first_rows, all_in, loop_parts))
@@ -154,7 +154,7 @@ struct Walk {
         return !c.positive;
     }
 
-    // llama_grammar_match_partial_char (rows with rem <= 0 give false), as mask._partial_match
+    // llama_grammar_match_partial_char (rows with rem <= 0 give false), as charclass._partial_match
     static bool partial(const Class& c, int64_t v, int64_t r) {
         if (r <= 0) return false;
         if (r == 1 && v < 2) return false;
@@ -246,7 +246,7 @@ struct Walk {
         return true;
     }
 
-    // mask._chain_end_ok for one row with `left` code points to go
+    // charclass._chain_end_ok for one row with `left` code points to go
     bool chain_end_ok(const std::vector<std::vector<int64_t>>& levels, int64_t e, int64_t left) {
         if (left > (int64_t)levels.size() || left < 1) return false;
         int64_t r = rem[e];
@@ -274,7 +274,7 @@ struct Walk {
         return (const uint8_t*)b->ptr;
     }
 
-    // mask._loop_end_ok for one row
+    // charclass._loop_end_ok for one row
     bool loop_end_ok(const Class& ct, const std::vector<int64_t>& exits, int64_t e) {
         int64_t r = rem[e];
         if (r == 0) return true;
@@ -293,7 +293,7 @@ struct Walk {
         if (!item.p || PyList_Append(pops, item.p) < 0) throw PyFail();
     }
 
-    // mask._acc_stacks: llama_grammar_reject_candidates at depth d, as a bool over rows (1 = accepted)
+    // walk_python._acc_stacks: llama_grammar_reject_candidates at depth d, as a bool over rows (1 = accepted)
     void acc_stacks(PyObject* stacks, const std::vector<int64_t>& rws, Py_ssize_t d, std::vector<uint8_t>& out) {
         Py_ssize_t ns = PyTuple_GET_SIZE(stacks);
         out.assign(rws.size(), 0);
@@ -325,7 +325,7 @@ struct Walk {
         }
     }
 
-    // mask._acc_stack: llama_grammar_reject_candidates_for_stack at depth d (rows ascending)
+    // walk_python._acc_stack: llama_grammar_reject_candidates_for_stack at depth d (rows ascending)
     void acc_stack(PyObject* s, const std::vector<int64_t>& rws, Py_ssize_t d, std::vector<uint8_t>& a) {
         Py_ssize_t m = (Py_ssize_t)rws.size();
         spend(m + k->visit_cost);
@@ -426,7 +426,7 @@ struct Walk {
 
     int64_t token_value(int64_t top);
 
-    // mask._rows_walk
+    // walk_python._rows_walk
     void rows_walk(PyObject* s, const int64_t* rws, size_t m, Py_ssize_t d, uint8_t* acc) {
         std::vector<int64_t> cur;
         cur.reserve(m);
@@ -459,7 +459,7 @@ struct Walk {
         return r;
     }
 
-    // mask._acc_range: the rows sharing one prefix of d code points, slice a:b of the trie order
+    // walk_python._acc_range: the rows sharing one prefix of d code points, slice a:b of the trie order
     // (asc: the same rows ascending, b - a of them, where the caller has them, else null)
     void acc_range(PyObject* s, Py_ssize_t a, Py_ssize_t b, Py_ssize_t d, const int64_t* asc,
                    uint8_t* acc) {
@@ -602,7 +602,7 @@ void or_rows(uint8_t* acc, const uint8_t* src, Py_ssize_t from, Py_ssize_t n) {
     for (; i < n; i++) acc[i] |= src[i];
 }
 
-// mask._first_count: the rows whose first code point class c matches, from cp0 (the first code point of each row
+// charclass._first_count: the rows whose first code point class c matches, from cp0 (the first code point of each row
 // that has one, ascending) by binary searches
 Py_ssize_t first_count(const Class& c, const int64_t* cp0, Py_ssize_t m) {
     std::vector<std::pair<Py_ssize_t, Py_ssize_t>> spans;
@@ -779,7 +779,7 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
             Ref first;
             Py_ssize_t n_first = -1;   // how many rows the class's first code point starts (-1: not needed)
             if (!looping && k0 >= loop_min_rows) {
-                if (b_cp0.ptr) {   // counted by binary searches over the sorted first code points (mask._first_count)
+                if (b_cp0.ptr) {   // counted by binary searches over the sorted first code points (charclass._first_count)
                     n_first = first_count(c, (const int64_t*)b_cp0.ptr, b_cp0.len);
                 } else {
                     first = Ref(PyObject_CallFunction(first_rows, "L", (long long)top));
@@ -791,7 +791,7 @@ PyObject* Kernel_walk(KernelObject* self, PyObject* args) {
                 bf.open(first.p, 8);
                 n_first = bf.len;
             }
-            std::vector<int64_t> cps;   // mask._single_cps: a positive class of at most 8 single code points
+            std::vector<int64_t> cps;   // walk_python._single_cps: a positive class of at most 8 single code points
             if (!looping && ranges && c.positive && c.items.size() <= 8) {
                 for (const auto& it : c.items) {
                     if (it.first != it.second) {
@@ -1019,7 +1019,7 @@ PyObject* pack_ids(PyObject*, PyObject* args) {
     }
 }
 
-// mask._all_in from TokenTable.summary: rows whose ASCII code points are all in (mlo, mhi) and whose code points
+// charclass._all_in from TokenTable.summary: rows whose ASCII code points are all in (mlo, mhi) and whose code points
 // from 128 on lie within one of the ranges `na` (mode 0: any, 1: none allowed, 2: within one range)
 PyObject* all_in(PyObject*, PyObject* args) {
     PyObject *lo_o, *hi_o, *nmin_o, *nmax_o, *na_o, *cand_o = Py_None, *off_o = nullptr, *rows_o = nullptr;
@@ -1155,7 +1155,7 @@ PyObject* all_in(PyObject*, PyObject* args) {
     }
 }
 
-// mask._loop_parts at depth 0, in one pass: (clean, outside, pending, rest, clean_bits) of a loop on a class over a
+// charclass._loop_parts at depth 0, in one pass: (clean, outside, pending, rest, clean_bits) of a loop on a class over a
 // table, from its all_in rows; clean_bits (packed over ids, np.packbits order) only where ids (every id once) are given
 PyObject* loop_parts(PyObject*, PyObject* args) {
     PyObject *inside_o, *rem_o, *col0_o, *items_o, *ids_o = Py_None, *first_o = Py_None, *inv_o = Py_None;
@@ -1254,18 +1254,18 @@ PyObject* loop_parts(PyObject*, PyObject* args) {
 }
 
 PyMethodDef module_methods[] = {
-    {"loop_parts", (PyCFunction)loop_parts, METH_VARARGS, "(clean, pending, rest) of a loop (mask._loop_parts)."},
+    {"loop_parts", (PyCFunction)loop_parts, METH_VARARGS, "(clean, pending, rest) of a loop (charclass._loop_parts)."},
     {"pack_ids", (PyCFunction)pack_ids, METH_VARARGS, "pack_ids(acc, ids, nbits): np.packbits(by_id(acc))."},
-    {"all_in", (PyCFunction)all_in, METH_VARARGS, "The rows of a table wholly inside a class (mask._all_in)."},
+    {"all_in", (PyCFunction)all_in, METH_VARARGS, "The rows of a table wholly inside a class (charclass._all_in)."},
     {"closure_bytes", (PyCFunction)walk_helpers::closure_bytes, METH_VARARGS,
      "The byte stream of GrammarRules._closure_digest (None past the element bound)."},
     {"pack_rows", (PyCFunction)walk_helpers::pack_rows, METH_VARARGS,
-     "Packed bits over ids of a bool over the rows of a table holding every id once (mask.pack_by_id)."},
+     "Packed bits over ids of a bool over the rows of a table holding every id once (packing.pack_by_id)."},
     {"by_rows", (PyCFunction)walk_helpers::by_rows, METH_VARARGS, "mask[ids]: a mask over ids read over rows."},
     {"set_rows", (PyCFunction)walk_helpers::set_rows, METH_VARARGS, "mask[ids[acc]] = True, in place."},
     {"set_bits", (PyCFunction)walk_helpers::set_bits, METH_VARARGS, "Ids set in a packed row (LSB first), in place."},
     {"first_rows", (PyCFunction)walk_helpers::first_rows, METH_VARARGS,
-     "The rows whose first code point a class matches, ascending (mask._first_rows)."},
+     "The rows whose first code point a class matches, ascending (charclass._first_rows)."},
     {"advance_table", (PyCFunction)walk_helpers::advance_table, METH_VARARGS,
      "The element table of advance (types, rule refs, alternatives) as bytes."},
     {"advance", (PyCFunction)walk_helpers::advance, METH_VARARGS,

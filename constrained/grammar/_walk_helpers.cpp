@@ -1,8 +1,8 @@
 // Helpers of constrained.grammar._walk beside the walk itself (_walk.cpp), each the compiled twin of a Python
 // function that stays the reference (the tests compare both bit for bit):
 //   closure_bytes  GrammarRules._closure_digest's byte stream (stacks.py), hashed by the caller with blake2b
-//   first_rows     mask._first_rows: the rows whose first code point a class matches, ascending
-//   pack_rows      mask.pack_by_id: packed bits over ids of a bool over a table's rows
+//   first_rows     charclass._first_rows: the rows whose first code point a class matches, ascending
+//   pack_rows      packing.pack_by_id: packed bits over ids of a bool over a table's rows
 //   by_rows, set_rows, set_bits: a mask over ids read over rows, rows set into it, ids set in a packed row
 #include "_walk.h"
 
@@ -139,7 +139,7 @@ PyObject* closure_bytes(PyObject*, PyObject* args) {
 }
 
 // first_rows(cp0: int64 buffer, order0: int64 buffer, positive: bool, items: tuple of (lo, hi)) -> bytearray
-// mask._first_rows: the rows (int64, ascending, each once) whose first code point the class matches, from the
+// charclass._first_rows: the rows (int64, ascending, each once) whose first code point the class matches, from the
 // table's rows sorted by first code point (order0, a permutation of the rows with a code point; cp0 their first
 // code points, ascending).
 PyObject* first_rows(PyObject*, PyObject* args) {
@@ -311,7 +311,7 @@ bool pack_by_rows(const uint8_t* a, const int32_t* id, const int32_t* inv, Py_ss
 }
 
 // pack_rows(acc: bool over rows, ids: int32 id of each row, inv: int32 row of each id) -> bytearray
-// mask.pack_by_id for a table holding every id once (see pack_by_rows).
+// packing.pack_by_id for a table holding every id once (see pack_by_rows).
 PyObject* pack_rows(PyObject*, PyObject* args) {
     PyObject *acc_o, *ids_o, *inv_o;
     if (!PyArg_ParseTuple(args, "OOO", &acc_o, &ids_o, &inv_o)) return nullptr;

@@ -46,12 +46,12 @@ from typing import Any
 import numpy as np
 
 from ..vocab import Vocabulary
-from .lazy_regex import TriggerPattern, TriggerPatternError
+from .lazy_regex import TriggerPattern
 from .matcher import CompiledGrammar, GrammarMatcher
 from .stacks import Stacks
 from .tokenindex import decode_utf8
 
-__all__ = ["LazyMatcher", "TriggerPatternError", "accept_piece"]
+__all__ = ["LazyMatcher", "accept_piece"]
 
 _PLACEHOLDER: Stacks = ((-1,),)   # a non-empty stack shown while waiting when the grammar's own stacks are all empty
 

@@ -22,15 +22,18 @@ Example:
     >>> from constrained.grammar.ir import ParsedGrammar, ElementType as T
     >>> from constrained.grammar.stacks import GrammarRules
     >>> from constrained.grammar.tokenindex import vocab_index
+    >>> from constrained.grammar.packing import by_id
     >>> g = GrammarRules(ParsedGrammar((((T.CHAR, 97), (T.CHAR, 98), (T.END, 0)),), {"root": 0}, 0))
     >>> t = vocab_index(Vocabulary([b"a", b"ab", b"b"])).table
     >>> by_id(t, walk(g, t, g.initial_stacks())).tolist()
     [True, True, False]
 
-The parts live in lower modules, all re-exported here: :mod:`.limits` (``MatcherLimits``, ``WorkBudget``),
-:mod:`.packing` (rows <-> token-id bits), :mod:`.charclass` (the table through one character class) and
-:mod:`.walk_python` (the Python reference walk ``walk_py`` and ``walk_bfs``); this module keeps the walk's driver
-(``walk``, the compiled ``walk_kernel``) and the per-suffix :func:`local_info`.
+The parts live in lower modules (import them from there): :mod:`.limits` (``MatcherLimits``, ``WorkBudget``),
+:mod:`.packing` (rows <-> token-id bits), :mod:`.charclass` (the table through one character class),
+:mod:`.walk_python` (the Python reference walk ``walk_py`` and ``walk_bfs``) and :mod:`.stacks` (the stack machine
+and the compiled extension); this module keeps the walk's driver (``walk``, the compiled ``walk_kernel``) and the
+per-suffix :func:`local_info`. The walk's settings (``LOOP_MIN_ROWS``, ``RANGE_*``; ``COMPILED_HELPERS``) live in
+the modules that read them, walk_python and packing (one value each); the compiled walk's own two are below.
 """
 
 from __future__ import annotations
@@ -41,32 +44,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import walk_python as _walk_python
-
-# the names below were all defined here before the split: they stay importable from this module
-from .charclass import (  # noqa: F401
-    _all_in,
-    _ascending,
-    _chain_end_ok,
-    _class_match,
-    _first_count,
-    _first_rows,
-    _first_rows_cached,
-    _first_rows_py,
-    _loop_end_ok,
-    _loop_parts,
-    _partial_match,
-)
-from .limits import DEFAULT_MATCHER_LIMITS, VISIT_COST, MatcherLimits, WorkBudget  # noqa: F401
-from .packing import _ZERO_BITS, _inv32, _zero_bits, by_id, pack_by_id, pack_ids, rows_of, set_bits, set_rows  # noqa: F401
-from .stacks import _ANY_HI as _ANY_CP  # noqa: F401
-from .stacks import IMPORT_ERROR, PURE, TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks, _walk_ext  # noqa: F401
+from .charclass import _all_in, _first_rows_cached, _loop_parts
+from .limits import DEFAULT_MATCHER_LIMITS, VISIT_COST, WorkBudget
+from .packing import _zero_bits, pack_by_id, pack_ids
+from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Stack, Stacks, _walk_ext
 from .tokenindex import TokenTable
-from .walk_python import _ALL, _acc_range, _acc_stack, _acc_stacks, _rows_walk, _single_cps, walk_bfs, walk_py  # noqa: F401
-
-# the extension (``_walk_ext``, ``PURE``, ``IMPORT_ERROR``) is loaded once, by the lower module stacks.py
-
-# the walk's settings (``LOOP_MIN_ROWS``, ``RANGE_*``; ``COMPILED_HELPERS``) live in the modules that read them,
-# walk_python and packing: set them there (one value each)
+from .walk_python import walk_py
 
 
 def walk(g: GrammarRules, t: TokenTable, stacks: Stacks, *, pops: list | None = None,

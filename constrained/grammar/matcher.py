@@ -27,13 +27,9 @@ import numpy as np
 
 from ..errors import TokenIdError
 from ..vocab import Vocabulary
+from .charclass import _first_count, _loop_parts
 from .ir import ParsedGrammar
-from .mask import (
-    DEFAULT_MATCHER_LIMITS,
-    MatcherLimits,
-    _first_count,
-    _loop_parts,
-)
+from .limits import DEFAULT_MATCHER_LIMITS, MatcherLimits
 from .stacks import (
     CHAIN_MAX,
     CHAR,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import hashlib
-import importlib
 import itertools
 import os
 from array import array
@@ -52,8 +51,8 @@ they are built (:mod:`constrained.grammar.mask` reads the same switch)."""
 IMPORT_ERROR: ImportError | None = None
 _walk_ext = None
 if not PURE:
-    try:     # by name: ``from . import _walk`` would read, to tests/test_layers.py, as importing the package
-        _walk_ext = importlib.import_module(__name__.rpartition(".")[0] + "._walk")
+    try:     # the package's one loader of its extension: charclass, packing and mask read ``_walk_ext`` from here
+        from . import _walk as _walk_ext
     except ImportError as e:       # not built: the Python reference does the work
         IMPORT_ERROR = e
 
@@ -710,10 +709,6 @@ class GrammarRules:
                     seen.add(key)
                     todo.append(key)
         return False
-
-    def stack_accepts(self, stack: Stack, cps: list[int], i: int, value: int, n_remain: int, token: int) -> bool:
-        """Whether ``stack`` alone does not reject the candidate from code point ``i`` on."""
-        return self.stacks_accept((stack,), cps, value, n_remain, token, i)
 
     # as llama_grammar_reject_candidates_for_stack, with llama.cpp's output order (for test-llama-grammar)
     def reject_candidates_for_stack(self, stack: Stack, cands: list[tuple[int, list[int], int, Partial, int]]

@@ -30,17 +30,9 @@ from typing import Any
 
 import numpy as np
 
-from .mask import (
-    VISIT_COST,
-    LocalInfo,
-    WorkBudget,
-    local_info,
-    pack_by_id,
-    rows_of,
-    set_bits,
-    set_rows,
-    walk,
-)
+from .limits import VISIT_COST, WorkBudget
+from .mask import LocalInfo, local_info, walk
+from .packing import pack_by_id, rows_of, set_bits, set_rows
 from .stacks import TOKEN, TOKEN_NOT, GrammarRules, Partial, Stack, Stacks
 from .tokenindex import apply_view
 

@@ -1,13 +1,13 @@
 """The GBNF building blocks of llama.cpp's converter (common/json-schema-to-grammar.cpp): primitive rules,
 repetitions, integer ranges digit by digit, literal escaping and the "none of these strings" key rule.
 
-All strings are bytes held in ``str`` (see ``_json.b``).
+All strings are bytes held in ``str`` (see ``json_text.b``).
 
 Example:
     >>> build_repetition("item", 1, 3, '"," space')
     'item ("," space item){0,2}'
-    >>> min_max_int(3, None)
-    '[1-2] [0-9]{1,15} | [3-9] [0-9]{0,15}'
+    >>> int_range_body(3, INT64_MAX, "")
+    '([1-2] [0-9]{1,15} | [3-9] [0-9]{0,15})'
 """
 
 from __future__ import annotations
@@ -79,13 +79,6 @@ def build_repetition(item: str, min_items: int, max_items: int, separator: str =
 
 class _RangeError(Exception):
     pass
-
-
-def min_max_int(minimum: int | None, maximum: int | None) -> str:
-    """The body of ``build_min_max_int`` (without the outer parentheses); None means unbounded."""
-    out: list[str] = []
-    _min_max_int(INT64_MIN if minimum is None else minimum, INT64_MAX if maximum is None else maximum, out, 16, True)
-    return "".join(out)
 
 
 def int_range_body(minimum: int, maximum: int, path: str) -> str:

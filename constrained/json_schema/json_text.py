@@ -266,8 +266,3 @@ def dump(value: Any) -> str:
     if isinstance(value, list):
         return "[" + ",".join(dump(v) for v in value) + "]"
     return "{" + ",".join(dump_string(k) + ":" + dump(v) for k, v in value.items()) + "}"
-
-
-def json_equals_true(value: Any) -> bool:
-    """``json != true`` in nlohmann is false only for the boolean true."""
-    return value is True

@@ -5,7 +5,7 @@ The tree is what the converter turns into GBNF. Every keyword the builder reads 
 ``SELECTORS``, each by its own function: the first that applies wins, as in ``build_node``. Whatever constraining
 keyword a node leaves unread is reported as an ``UnenforcedKeyword`` (see ``report.py``).
 
-Strings here are bytes held in ``str`` (see ``_json.b``): paths, names and patterns, as in the C++.
+Strings here are bytes held in ``str`` (see ``json_text.b``): paths, names and patterns, as in the C++.
 
 Example:
     >>> doc = build_document({"type": "integer", "minimum": 2.5})
@@ -463,7 +463,7 @@ SELECTORS: tuple[tuple[str, Selector], ...] = (
 
 
 def to_bytes_tree(value: Any) -> Any:
-    """The JSON value with every string and key as UTF-8 bytes in ``str`` (see ``_json.b``)."""
+    """The JSON value with every string and key as UTF-8 bytes in ``str`` (see ``json_text.b``)."""
     if isinstance(value, str):
         return b(value)
     if isinstance(value, list):

@@ -429,9 +429,6 @@ class DFA:
     def is_empty(self) -> bool:
         return not any(self.accepting)
 
-    def is_finite_singletons(self) -> bool:
-        return False
-
 
 def _closure(nfa: _NFA, states: frozenset[int]) -> frozenset[int]:
     """The states reached by epsilon moves: the union of each state's own closure (``_eps_closure``, once each)."""
@@ -816,11 +813,3 @@ def emit(d: DFA, name: str, reserve: Callable[[str], str], define: Callable[[str
             alts.append('""')
         define(names[q], " | ".join(alts))
     return names[0]
-
-
-def dfa_of(pattern: str | None, min_len: int = 0, max_len: int | None = None, base: DFA | None = None) -> DFA:
-    """The DFA of a pattern (or ``base``) within length bounds."""
-    d = base if base is not None else compile_pattern(pattern) if pattern is not None else any_dfa()
-    if min_len or max_len is not None:
-        d = with_length(d, min_len, max_len)
-    return d

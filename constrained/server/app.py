@@ -29,10 +29,10 @@ from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
 from .results import gen_id
-from .state import ServerConfig, ServerState
+from .state import ServerState
 from .task import TaskParams
 
-__all__ = ["ServerConfig", "ServerState", "build_app"]
+__all__ = ["ServerState", "build_app"]
 
 
 def build_app(state: ServerState) -> Starlette:

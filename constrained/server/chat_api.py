@@ -22,7 +22,7 @@ from sampler.request import json_type_name
 
 from ..chat import ChatTemplateError, ChatTemplates
 from ..chat.reply_parsers import AutoChatParser, ReplySpec, ResponseFormatParser
-from ..chat.tools import PEG_JSON_RULES
+from ..chat.tool_grammar import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 

@@ -15,8 +15,9 @@ from pathlib import Path
 
 from ..errors import ConstrainedError, FlagError
 from ..llama.flags import ServerArgs, parse_server_args
-from .app import ServerConfig, ServerState, build_app
+from .app import build_app
 from .engine import EngineConfig
+from .state import ServerConfig, ServerState
 
 __all__ = ["config_from_args", "freeze_loaded_heap", "main", "serve"]
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from constrained import Grammar, validate
 from constrained.errors import ConstrainedError
-from constrained.grammar.mask import by_id, walk_bfs
+from constrained.grammar.packing import by_id
+from constrained.grammar.walk_python import walk_bfs
 from oracle.cases.fuzz_vocab import VOCAB, N, reference_mask
 from oracle.cases.gbnf import gbnf_grammars, valid_gbnf_grammars
 from oracle.cases.json_schema_strategies import json_values, schemas

@@ -15,9 +15,11 @@ from hypothesis import strategies as st
 
 from constrained import Grammar, validate
 from constrained.errors import ConstrainedError, GrammarLimitError, GrammarSyntaxError, SchemaError
-from constrained.grammar.mask import MatcherLimits, WorkBudget, walk, walk_bfs
+from constrained.grammar.limits import MatcherLimits, WorkBudget
+from constrained.grammar.mask import walk
 from constrained.grammar.matcher import TokenIdError, compile_grammar
 from constrained.grammar.stacks import CANON_MAX_ELEMENTS
+from constrained.grammar.walk_python import walk_bfs
 from oracle.cases.matcher import oracle_vocab
 
 AMBIGUOUS = 'root ::= s\ns ::= " " s "b" | " " s "c" | "d"'

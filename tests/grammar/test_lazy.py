@@ -7,11 +7,10 @@ import pickle
 import numpy as np
 import pytest
 
-from constrained.errors import ConstrainedError
+from constrained.errors import ConstrainedError, TriggerPatternError
 from constrained.grammar import Grammar
 from constrained.grammar.lazy import LazyMatcher
 from constrained.grammar.lazy_grammar import LazyGrammar, lazy_grammar
-from constrained.grammar.lazy_regex import TriggerPatternError
 from constrained.vocab import Vocabulary
 from sampler import Params, Sampler
 

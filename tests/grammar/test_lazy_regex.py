@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from constrained.errors import ConstrainedError
-from constrained.grammar.lazy_regex import TriggerPattern, TriggerPatternError, regex_escape
+from constrained.errors import ConstrainedError, TriggerPatternError
+from constrained.grammar.lazy_regex import TriggerPattern, regex_escape
 from oracle.cases.lazy import random_pattern, random_text
 from oracle.lazy import RegexError, regex_find
 

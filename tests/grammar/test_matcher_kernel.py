@@ -21,15 +21,18 @@ import pytest
 
 from constrained import Grammar
 from constrained.errors import GrammarLimitError
+from constrained.grammar import charclass as C
+from constrained.grammar import limits
 from constrained.grammar import mask as M
 from constrained.grammar import packing as P
+from constrained.grammar import stacks as S
 from constrained.grammar import walk_python as W
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.json_schema import json_schema_to_gbnf
 from oracle.cases.matcher import oracle_vocab, parity_grammars, parity_walk, parse_gbnf, pick_token
 
-needs_kernel = pytest.mark.skipif(M._walk_ext is None, reason="the Python walk was asked for "
-                                  "(CONSTRAINED_PURE_PYTHON=1)" if M.PURE else "not built")
+needs_kernel = pytest.mark.skipif(S._walk_ext is None, reason="the Python walk was asked for "
+                                  "(CONSTRAINED_PURE_PYTHON=1)" if S.PURE else "not built")
 
 AMBIGUOUS = 'root ::= s\ns ::= " " s "b" | " " s "c" | "d"'
 SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
@@ -49,10 +52,10 @@ THRESHOLDS = [None, (0, 0), (0, 512), (10**9, 0), (256, 10**9)]
 
 
 def test_walk_kernel_is_built() -> None:
-    if M.PURE:
+    if S.PURE:
         pytest.skip("CONSTRAINED_PURE_PYTHON=1: the Python walk was asked for")
-    assert M._walk_ext is not None, (
-        f"constrained.grammar._walk is not importable ({M.IMPORT_ERROR}); `pip install -e .` builds it (a C++17 "
+    assert S._walk_ext is not None, (
+        f"constrained.grammar._walk is not importable ({S.IMPORT_ERROR}); `pip install -e .` builds it (a C++17 "
         "compiler is needed); set CONSTRAINED_PURE_PYTHON=1 to run the Python walk on purpose")
 
 
@@ -72,7 +75,7 @@ def _thresholds(th: tuple[int, int] | None) -> Iterator[None]:
 
 
 def _run(f, g, t, stacks, pops: bool, seed: np.ndarray | None = None):  # noqa: ANN001, ANN202
-    w = M.WorkBudget(10**12)
+    w = limits.WorkBudget(10**12)
     p: list | None = [] if pops else None
     s: list | None = [] if pops else None
     acc = f(g, t, stacks, pops=p, work=w, sure=s, seed=seed)
@@ -107,11 +110,11 @@ def _cases(cg: CompiledGrammar, rng: np.random.Generator, steps: int) -> Iterato
             yield vt, stacks, False, None
             yield vt, stacks, False, np.arange(vt.n) % 7 == 0
             for s in stacks[:12]:
-                if not s or g.types[s[-1]] in (M.TOKEN, M.TOKEN_NOT):
+                if not s or g.types[s[-1]] in (S.TOKEN, S.TOKEN_NOT):
                     continue
                 below, suffix = g.split(s)
                 yield vt, g.advance((g.bottom, *suffix)), True, None
-                li = M.local_info(g, vt, suffix, M.WorkBudget(10**12))
+                li = M.local_info(g, vt, suffix, limits.WorkBudget(10**12))
                 if li.keys is not None:
                     yield li.keys, g.advance(below), False, None
         try:
@@ -138,7 +141,7 @@ def test_walk_kernel_equals_walk_py(vocab_name: str) -> None:
                     if len(stacks) > 4096:
                         continue
                     what = f"{vocab_name}/{name}, thresholds {th}, {len(stacks)} stacks over {t.n} rows"
-                    _assert_same(_run(M.walk_py, g, t, stacks, pops, seed), _run(M.walk_kernel, g, t, stacks, pops,
+                    _assert_same(_run(W.walk_py, g, t, stacks, pops, seed), _run(M.walk_kernel, g, t, stacks, pops,
                                                                                    seed), what)
                     compared += 1
     assert compared > 200
@@ -152,8 +155,8 @@ def test_walk_kernel_limit_error_as_walk_py() -> None:
     for th in THRESHOLDS:
         for limit in (10, 5_000, 50_000, 500_000):
             errs = []
-            for f in (M.walk_py, M.walk_kernel):
-                w = M.WorkBudget(limit)
+            for f in (W.walk_py, M.walk_kernel):
+                w = limits.WorkBudget(limit)
                 try:
                     with _thresholds(th):
                         f(cg.rules, cg.index.table, cg.initial_stacks, work=w)
@@ -203,8 +206,8 @@ def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
             with _helpers(on):
                 t.__dict__.pop("_all_in", None)
                 t.__dict__.pop("_loop_parts", None)
-                inside = M._all_in(g, p, t)
-                clean, (outside, bits), pending, rest = M._loop_parts(g, p, t)
+                inside = C._all_in(g, p, t)
+                clean, (outside, bits), pending, rest = C._loop_parts(g, p, t)
                 out.append((inside, clean, outside, bits, pending, rest))
         for x, y in zip(*out, strict=True):
             assert np.array_equal(x, y), (vocab_name, g.ranges(p))
@@ -219,10 +222,10 @@ def test_compiled_helpers_equal_numpy(vocab_name: str) -> None:
         else:
             acc = rng.random(t.n) < density
         with _helpers(True):
-            a = M.pack_by_id(t, acc)
+            a = P.pack_by_id(t, acc)
             ids = rng.choice(t.n, size=int(density * 1000), replace=False)
-            b = M.pack_ids(ids, t.n)
-        assert np.array_equal(a, np.packbits(M.by_id(t, acc)))
+            b = P.pack_ids(ids, t.n)
+        assert np.array_equal(a, np.packbits(P.by_id(t, acc)))
         ref = np.zeros(t.n, dtype=bool)
         ref[ids] = True
         assert np.array_equal(b, np.packbits(ref))
@@ -241,19 +244,19 @@ def test_compiled_first_rows_and_closure_digest_equal_python(vocab_name: str) ->
     for name, text in _grammars(vocab_name).items():
         cg = compile_grammar(Grammar.from_gbnf(text), vocab)
         g, t = cg.rules, cg.index.table
-        small = M.local_info(g, t, g.split(cg.initial_stacks[0])[1], M.WorkBudget(10**12)).keys \
+        small = M.local_info(g, t, g.split(cg.initial_stacks[0])[1], limits.WorkBudget(10**12)).keys \
             if cg.initial_stacks and cg.initial_stacks[0] else None
         for p in range(len(g.types)):
             if p in g.classes:
                 positive, items, _ = g.classes[p]
                 for tab in (t, small) if small is not None else (t,):
-                    assert np.array_equal(M._first_rows(g, p, tab), M._first_rows_py(positive, items, tab)), \
+                    assert np.array_equal(C._first_rows(g, p, tab), C._first_rows_py(positive, items, tab)), \
                         (name, p, items)
                 n_classes += 1
         nr = len(g.rule_start)
         for r in range(nr):
             for rules in {(r,), tuple(dict.fromkeys((r, (r + 1) % nr)))}:
-                assert M._walk_ext.closure_bytes(g.types, g.values, g.rule_start, g.bottom, rules,
+                assert S._walk_ext.closure_bytes(g.types, g.values, g.rule_start, g.bottom, rules,
                                                  S.CANON_MAX_ELEMENTS, S.RULE_REF) == g._closure_bytes_py(rules), \
                     (name, rules)
                 n_rules += 1
@@ -280,9 +283,9 @@ def test_masks_equal_the_python_walk_of_the_state() -> None:
         if m.partial_utf8[1] > 0:
             pt = idx.partial_table(*m.partial_utf8)
             b = np.zeros(cg.n_vocab, dtype=bool)
-            b[pt.ids[M.walk_py(g, pt, m.stacks)]] = True
+            b[pt.ids[W.walk_py(g, pt, m.stacks)]] = True
         else:
-            b = M.by_id(t, M.walk_py(g, t, m.stacks))
+            b = P.by_id(t, W.walk_py(g, t, m.stacks))
         b[idx.eog_ids] = m.can_end()
         assert np.array_equal(a, b)
         tok = pick_token(rng, a, vocab)

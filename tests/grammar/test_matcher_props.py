@@ -14,8 +14,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from constrained.grammar import limits, packing, walk_python
 from constrained.grammar import mask as mask_mod
-from constrained.grammar import walk_python
 from constrained.grammar.matcher import CompiledGrammar, compile_grammar
 from constrained.grammar.tokenindex import apply_view, decode_utf8
 from constrained.vocab import Vocabulary
@@ -138,14 +138,14 @@ def test_loop_shortcut_on_a_large_vocabulary() -> None:
         m = cg.matcher()
         for _ in range(5):
             stacks, partial = m.stacks, m.partial_utf8
-            work = mask_mod.WorkBudget(10**9)
+            work = limits.WorkBudget(10**9)
             acc = mask_mod.walk(cg.rules, cg.index.table if partial[1] == 0 else cg.index.partial_table(*partial),
                                 stacks, work=work)
             looped += work.looped
             ref = _reference_mask(cg, stacks, partial)
             assert m.mask().tolist() == ref.tolist()
             if partial[1] == 0:
-                got = mask_mod.by_id(cg.index.table, acc)
+                got = packing.by_id(cg.index.table, acc)
                 got[cg.index.eog_ids] = any(not s for s in stacks)
                 assert got.tolist() == ref.tolist()
             allowed = np.flatnonzero(ref)

@@ -1,7 +1,7 @@
 """``enforce="all"``: the JSON-Schema-Test-Suite through the matcher, and the soundness of the report in both modes.
 
 - Suite (drafts 2020-12 and 7, core keyword files and the format files of the enforced formats): for each group
-  that compiles with an empty report, valid instances accepted, invalid ones rejected (``tests/json_schema_suite``);
+  that compiles with an empty report, valid instances accepted, invalid ones rejected (``oracle/cases/json_schema_suite.py``);
   counts per file, skipped groups listed with their reasons (printed with ``-s``).
 - Soundness (hypothesis): schemas drawn from ``json_schema_strategies``, documents drawn from the grammar by
   random walks; a document that jsonschema rejects must come with a report entry on the violated schema path.

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from oracle.sdist import llama_cpp_source
+from sampler.cconv import DEFAULT_SAMPLERS, SAMPLER_CHARS, SAMPLER_NAMES, f32, strtof
 from sampler.chain import Sampler
-from sampler.params import DEFAULT_SAMPLERS, SAMPLER_CHARS, SAMPLER_NAMES, Params, f32, strtof
+from sampler.params import Params
 from sampler.request import _FIELDS, _fmt, get_bool, get_float, get_int
 
 SRC = llama_cpp_source()
