@@ -22,6 +22,7 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 from constrained.llama import default_model_path, generate, load_model, vocabulary_of  # noqa: E402
 from constrained.llama.flags import parse_server_args  # noqa: E402
+from constrained.vocab.gguf_meta import sampling_metadata  # noqa: E402
 from oracle.llama_server import LlamaServer, completion  # noqa: E402
 from sampler import Params  # noqa: E402
 
@@ -45,7 +46,7 @@ def main() -> None:
     path = default_model_path()
     args = parse_server_args([])
     llm = load_model(path, args)
-    base = Params.from_gguf(path, base=args.sampling, user_set=args.sampling_user_set)
+    base = Params.from_gguf(sampling_metadata(path), base=args.sampling, user_set=args.sampling_user_set)
     ours = {"pp_n": 0, "pp_s": 0.0, "tg_n": 0, "tg_s": 0.0}
     srv_t = {"pp_n": 0, "pp_s": 0.0, "tg_n": 0, "tg_s": 0.0}
     load0 = os.getloadavg()[0]

@@ -123,6 +123,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from sampler import Params
 
     from .grammar import Grammar
+    from .vocab.gguf_meta import sampling_metadata
 
     grammar = schema = None
     if args.grammar:
@@ -162,7 +163,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ConstrainedError as err:
         raise _Fail(EXIT_MODEL, str(err)) from err
     try:
-        base = Params.from_gguf(model_path, base=sargs.sampling, user_set=sargs.sampling_user_set)
+        base = Params.from_gguf(sampling_metadata(model_path), base=sargs.sampling, user_set=sargs.sampling_user_set)
         params = Params.from_request(_request_body(args), base=base, vocab=model.vocabulary_of(llm))
     except ValueError as err:
         raise _Fail(EXIT_INPUT, f"invalid sampling parameters: {err}") from err

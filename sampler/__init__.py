@@ -9,12 +9,22 @@
 
 from __future__ import annotations
 
-from .chain import Sampler
-from .params import Params
-from .probs import TokenProbs, logprob, token_probs
+from typing import TYPE_CHECKING
 
-_LAZY = {"S2Params": ("sampler.s2", "S2Params"), "S2Sampler": ("sampler.s2", "S2Sampler"),
+# every name on first use (PEP 562), so that a module that needs only ``sampler.cconv`` (the C runtime's number
+# conversions, read by constrained.vocab and constrained.json_schema) does not load the chain and its kernels
+_LAZY = {"Sampler": ("sampler.chain", "Sampler"), "Params": ("sampler.params", "Params"),
+         "TokenProbs": ("sampler.probs", "TokenProbs"), "logprob": ("sampler.probs", "logprob"),
+         "token_probs": ("sampler.probs", "token_probs"),
+         "S2Params": ("sampler.s2", "S2Params"), "S2Sampler": ("sampler.s2", "S2Sampler"),
          "Mt19937": ("sampler.rng", "Mt19937")}
+
+if TYPE_CHECKING:
+    from .chain import Sampler
+    from .params import Params
+    from .probs import TokenProbs, logprob, token_probs
+    from .rng import Mt19937
+    from .s2 import S2Params, S2Sampler
 
 
 def __getattr__(name: str):  # PEP 562
@@ -26,4 +36,5 @@ def __getattr__(name: str):  # PEP 562
     raise AttributeError(f"module 'sampler' has no attribute {name!r}")
 
 
-__all__ = ["Params", "Sampler", "TokenProbs", "logprob", "token_probs", *_LAZY]
+__all__ = ["Mt19937", "Params", "S2Params", "S2Sampler", "Sampler", "TokenProbs", "logprob", "token_probs"]
+assert sorted(__all__) == sorted(_LAZY)

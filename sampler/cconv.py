@@ -1,7 +1,11 @@
-"""llama.cpp's conversions that the sampling parameters go through: C ``strtol``/``strtof``, float32 rounding, and
-the sampler names and letters of ``common_sampler_types_from_names`` / ``_from_chars``.
+"""The C runtime's number conversions as llama.cpp's code meets them (the one home of them: ``strtol`` /
+``strtof`` and the C++ wrappers ``std::stoi`` / ``stoul`` / ``stoull`` / ``stof``, float32 rounding), and the sampler
+names and letters of ``common_sampler_types_from_names`` / ``_from_chars``.
 
-The lowest module of the parameter side: :mod:`.params`, :mod:`.request` and :mod:`.gguf_sampling` all read through it.
+It imports nothing of ours, so every layer reads through it: the sampling parameters (:mod:`.params`,
+:mod:`.request`, :mod:`.gguf_sampling`), the command-line flags (``constrained.llama.flags``), the JSON schema
+converter (``std::stoi`` in patterns, ``std::stoull`` in ``$ref`` paths) and the vocabulary loader (``strtol(...,
+16)`` of byte tokens).
 
     >>> strtol("  42abc"), f32(0.1) == 0.10000000149011612, samplers_from_chars("kt")
     ((42, 4), True, ('top_k', 'temperature'))
@@ -55,21 +59,91 @@ def samplers_from_chars(chars: str) -> tuple[str, ...]:
 
 
 
-def strtol(s: str) -> tuple[int, int]:
-    """C ``strtol(s, &end, 10)``: ``(value, end)``, the value clamped to a 64-bit long and ``end`` the index where
-    parsing stopped (0 when no digits were read, as C leaves ``end == s``)."""
+_SPACE = " \t\n\v\f\r"                 # C isspace in the "C" locale
+_DIGITS = {10: "0123456789", 16: "0123456789abcdefABCDEF"}
+LONG_MIN, LONG_MAX, ULONG_MAX = -(2**63), 2**63 - 1, 2**64 - 1     # LP64: long and unsigned long are 64-bit
+
+
+def _scan(s: str, base: int) -> tuple[int, int, int, bool]:
+    """The subject sequence of ``strtol``/``strtoul``: (sign, start of the digits, end of the digits, digits read).
+    Leading white space, an optional sign and, in base 16, an optional ``0x`` / ``0X`` (only when a hex digit
+    follows, else the ``0`` alone is the number)."""
     i = 0
-    while i < len(s) and s[i] in " \t\n\v\f\r":
+    while i < len(s) and s[i] in _SPACE:
         i += 1
-    j = i
-    if j < len(s) and s[j] in "+-":
-        j += 1
-    k = j
-    while k < len(s) and s[k] in "0123456789":
+    sign = 1
+    if i < len(s) and s[i] in "+-":
+        sign = -1 if s[i] == "-" else 1
+        i += 1
+    digits = _DIGITS[base]
+    if base == 16 and s[i:i + 2] in ("0x", "0X") and i + 2 < len(s) and s[i + 2] in digits:
+        i += 2
+    k = i
+    while k < len(s) and s[k] in digits:
         k += 1
-    if k == j:
+    return sign, i, k, k > i
+
+
+def strtol(s: str, base: int = 10) -> tuple[int, int]:
+    """C ``strtol(s, &end, base)`` (base 10 or 16): ``(value, end)``, the value clamped to a 64-bit long and ``end``
+    the index where parsing stopped (0 when no digits were read, as C leaves ``end == s``).
+
+    >>> strtol(" -12x"), strtol("0x1fz", 16), strtol("x")
+    ((-12, 4), (31, 4), (0, 0))
+    """
+    sign, i, k, ok = _scan(s, base)
+    if not ok:
         return 0, 0
-    return max(-(2**63), min(2**63 - 1, int(s[i:k]))), k
+    return max(LONG_MIN, min(LONG_MAX, sign * int(s[i:k], base))), k
+
+
+def stoi(s: str) -> int:
+    """``std::stoi``: ``strtol`` whose result must fit an ``int``; ValueError("stoi") where libstdc++ throws
+    (``invalid_argument`` without digits, ``out_of_range`` beyond 32 bits; ``what()`` is "stoi" for both).
+
+    >>> stoi("  42 apples"), stoi("-2147483648")
+    (42, -2147483648)
+    """
+    sign, i, k, ok = _scan(s, 10)
+    if not ok:
+        raise ValueError("stoi")
+    x = sign * int(s[i:k])
+    if not -(2**31) <= x < 2**31:
+        raise ValueError("stoi")
+    return x
+
+
+def stoul(s: str, name: str = "stoul") -> int:
+    """``std::stoul`` / ``std::stoull`` (64-bit): ``strtoul``, where a minus sign negates modulo 2**64; ValueError
+    (``name``, libstdc++'s ``what()``) without digits or beyond 64 bits (``ERANGE``).
+
+    >>> stoul("18446744073709551615"), stoul("-1"), stoull("7")
+    (18446744073709551615, 18446744073709551615, 7)
+    """
+    sign, i, k, ok = _scan(s, 10)
+    if not ok:
+        raise ValueError(name)
+    x = int(s[i:k])
+    if x > ULONG_MAX:
+        raise ValueError(name)
+    return (-x) % 2**64 if sign < 0 else x
+
+
+def stoull(s: str) -> int:
+    """``std::stoull``: :func:`stoul` (``unsigned long long`` is 64-bit too), ValueError("stoull")."""
+    return stoul(s, "stoull")
+
+
+def stof(s: str) -> float:
+    """``std::stof``: :func:`strtof`'s value; ValueError("stof") where no number was read.
+
+    >>> stof("0.1x") == f32(0.1)
+    True
+    """
+    x, ok = strtof(s)
+    if not ok:
+        raise ValueError("stof")
+    return x
 
 
 def strtof(s: str) -> tuple[float, bool]:

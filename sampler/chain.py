@@ -34,6 +34,7 @@ from .mirostat import AdaptiveP, Mirostat, MirostatV2
 from .params import Params
 from .penalties import LogitBias, Penalties
 from .rng import Mt19937
+from .stage import Stage
 from .temperature import Temp, TempExt
 from .truncation import XTC, MinP, TopK, TopNSigma, TopP, Typical
 
@@ -41,7 +42,7 @@ NO_SELECTION = "no selected token during sampling - check your sampling configur
 NAN_LOGITS = "logits contain NaN"
 
 
-class _Empty:
+class _Empty(Stage):
     """llama.cpp's "empty" sampler (a disabled one): does nothing."""
 
     def __init__(self, name: str) -> None:
@@ -49,15 +50,6 @@ class _Empty:
 
     def apply(self, c: Candidates) -> None:
         pass
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def clone(self) -> _Empty:
-        return self
 
 
 def _noop(st: Any) -> bool:

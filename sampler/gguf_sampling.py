@@ -5,14 +5,18 @@ it into a fixed buffer (64 bytes for ints, 128 for floats, 512 for the sequence)
 ``strtof``; array values are not kept at all. This module does the same, so a float key such as 0.1234567 comes
 back as ``strtof("0.123457")``.
 
+The metadata is read by the caller (``constrained.vocab.gguf_meta.sampling_metadata(path)``), so the sampler reads
+no file format and imports nothing of ``constrained``.
+
 Example:
     >>> from sampler.params import Params
-    >>> Params.from_gguf("model.gguf").top_k  # doctest: +SKIP
-    40
+    >>> Params.from_gguf({"general.sampling.top_k": 7, "general.sampling.sequence": b"top_k;temp"}).top_k
+    7
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -45,14 +49,16 @@ def _to_string(value: Any, vtype: str) -> str | None:
     return str(int(value))
 
 
-def _read_kv(path: str) -> dict[str, str]:
-    """The scalar ``general.sampling.*`` values of a GGUF as ``gguf_kv_to_str`` strings (keys without the prefix)."""
-    from constrained.vocab.gguf_meta import read_metadata
+def sampling_kv(metadata: Mapping[str, Any]) -> dict[str, str]:
+    """The scalar ``general.sampling.*`` values of a GGUF's metadata (key -> value, as
+    ``constrained.vocab.gguf_meta.read_metadata`` gives it: ``bytes`` for strings) as ``gguf_kv_to_str`` strings,
+    keys without the prefix.
 
-    meta = read_metadata(path, skip={"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
-                                     "tokenizer.ggml.token_type", "tokenizer.chat_template"})
+    >>> sampling_kv({"general.sampling.top_k": 40, "general.sampling.temp": 0.1234567, "general.name": b"x"})
+    {'top_k': '40', 'temp': '0.123457'}
+    """
     out: dict[str, str] = {}
-    for name, val in meta.items():
+    for name, val in metadata.items():
         if not name.startswith("general.sampling."):
             continue
         if isinstance(val, (list, np.ndarray)):
@@ -86,5 +92,6 @@ def sampling_from_kv(kv: dict[str, str], base: Any, user_set: frozenset[str] = f
     return replace(base, **cur)
 
 
-def read_sampling_kv(path: str, base: Any, user_set: frozenset[str] = frozenset()) -> Any:
-    return sampling_from_kv(_read_kv(path), base, user_set)
+def read_sampling_kv(metadata: Mapping[str, Any], base: Any, user_set: frozenset[str] = frozenset()) -> Any:
+    """``base`` with a GGUF's ``general.sampling.*`` metadata applied (``common_init_sampler_from_model``)."""
+    return sampling_from_kv(sampling_kv(metadata), base, user_set)

@@ -32,13 +32,14 @@ import numpy as np
 
 from .candidates import Candidates
 from .dist import fsum_seq, softmax
+from .stage import Stage
 
 _F32 = np.float32
 _NINF = _F32(-np.inf)
 _ATTR_UNKNOWN_OR_CONTROL = (1 << 0) | (1 << 3)  # llama_token_attr UNKNOWN | CONTROL
 
 
-class Infill:
+class Infill(Stage):
     """The infill sampler over a ``constrained.Vocabulary`` (needs ``pieces``, ``eog_ids``, ``attrs``,
     ``special_ids['eot'/'eos']``).
 
@@ -149,12 +150,3 @@ class Infill:
         c.take(keep)
         with np.errstate(invalid="ignore", divide="ignore"):
             c.p = c.p / fsum_seq(c.p)
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def clone(self) -> Infill:
-        return self

@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -80,13 +81,22 @@ class Params:
 
     # ------------------------------------------------------------------ GGUF
     @classmethod
-    def from_gguf(cls, path: str, base: Params | None = None, *, user_set: frozenset[str] = frozenset()) -> Params:
+    def from_gguf(cls, metadata: Mapping[str, Any], base: Params | None = None, *,
+                  user_set: frozenset[str] = frozenset()) -> Params:
         """Apply a GGUF's ``general.sampling.*`` keys over ``base`` as ``common_init_sampler_from_model`` does.
 
-        ``user_set`` names fields the user gave on the command line (those win over the GGUF).
-        Values go through llama.cpp's metadata string (``std::to_string``) and ``strtol``/``strtof``.
+        ``metadata`` is the GGUF's key -> value metadata (at least its ``general.sampling.*`` keys), as
+        ``constrained.vocab.gguf_meta.sampling_metadata(path)`` reads it. ``user_set`` names fields the user gave on
+        the command line (those win over the GGUF). Values go through llama.cpp's metadata string
+        (``std::to_string``) and ``strtol``/``strtof``.
+
+        Example:
+            >>> p = Params.from_gguf({"general.sampling.top_p": 0.5, "general.sampling.top_k": 7},
+            ...                      user_set=frozenset({"top_k"}))
+            >>> p.top_p, p.top_k
+            (0.5, 40)
         """
-        return read_sampling_kv(path, base or cls(), user_set)
+        return read_sampling_kv(metadata, base or cls(), user_set)
 
     # ------------------------------------------------------------------ requests
     @classmethod

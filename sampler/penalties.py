@@ -17,11 +17,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from .candidates import Candidates
+from .stage import Stage
 
 _F32 = np.float32
 
 
-class LogitBias:
+class LogitBias(Stage):
     """``llama_sampler_init_logit_bias(n_vocab, biases)``: float additions, duplicates all applied, in order."""
 
     name = "logit-bias"
@@ -51,15 +52,6 @@ class LogitBias:
                 for tok, b in first.items():
                     pos = np.flatnonzero(c.ids == tok)
                     lg[pos] = lg[pos] + b
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def clone(self) -> LogitBias:
-        return self
 
 
 class Penalties:

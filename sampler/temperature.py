@@ -22,6 +22,7 @@ from . import mathf
 from .candidates import Candidates
 from .dist import softmax
 from .kernels import K
+from .stage import Stage
 
 _F32 = np.float32
 
@@ -53,7 +54,7 @@ def temp_impl(c: Candidates, temp: np.float32) -> None:
         c.logits = lg / _F32(temp)  # float32 / float32: a float32 division, as in C
 
 
-class Temp:
+class Temp(Stage):
     """``llama_sampler_init_temp(t)`` (used by the mirostat chains)."""
 
     name = "temp"
@@ -64,17 +65,8 @@ class Temp:
     def apply(self, c: Candidates) -> None:
         temp_impl(c, self.temp)
 
-    def accept(self, token: int) -> None:
-        pass
 
-    def reset(self) -> None:
-        pass
-
-    def clone(self) -> Temp:
-        return self
-
-
-class TempExt:
+class TempExt(Stage):
     """``llama_sampler_init_temp_ext(t, delta, exponent)``: entropy-scaled temperature when delta > 0."""
 
     name = "temp-ext"
@@ -118,15 +110,6 @@ class TempExt:
         pf = pd.astype(_F32)
         total = float(np.cumsum(pd)[-1])  # the double values are summed, not their float copies
         c.p = (pf.astype(np.float64) / total).astype(_F32)
-
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def clone(self) -> TempExt:
-        return self
 
 
 _exp_u = np.frompyfunc(mathf.exp, 1, 1)

@@ -26,20 +26,10 @@ from .dist import fsum_seq, rng_seed, scan_max, softmax
 from .kernels import REC, K
 from .nsigma import grid_sum, sq_dev_sum
 from .rng import Mt19937, engine, uniform_real_float
+from .stage import Stage
 
 _F32 = np.float32
 _FLT_MAX = float(np.finfo(np.float32).max)
-
-
-class _Stateless:
-    def accept(self, token: int) -> None:
-        pass
-
-    def reset(self) -> None:
-        pass
-
-    def clone(self):  # noqa: ANN201
-        return self
 
 
 # as llama_sampler_top_k_impl
@@ -66,7 +56,7 @@ def top_k_impl(c: Candidates, k: int) -> None:
     c.truncate(k)
 
 
-class TopK(_Stateless):
+class TopK(Stage):
     """``llama_sampler_init_top_k(k)`` (k <= 0: no-op; no min_keep)."""
 
     name = "top-k"
@@ -87,7 +77,7 @@ def _stage(code: int, min_keep: int, f1: float, f2: float = 0.0, f3: float = 0.0
     return K.Stage(code, min_keep, f1, f2, f3, rng, fallback).apply
 
 
-class TopP(_Stateless):
+class TopP(Stage):
     """``llama_sampler_init_top_p(p, min_keep)``."""
 
     name = "top-p"
@@ -154,7 +144,7 @@ class TopP(_Stateless):
             c.truncate(last_idx)
 
 
-class MinP(_Stateless):
+class MinP(Stage):
     """``llama_sampler_init_min_p(p, min_keep)``: the unsorted path keeps id order."""
 
     name = "min-p"
@@ -189,7 +179,7 @@ class MinP(_Stateless):
         c.truncate(i if below[i] else c.size)
 
 
-class Typical(_Stateless):
+class Typical(Stage):
     """``llama_sampler_init_typical(p, min_keep)`` (locally typical sampling)."""
 
     name = "typical"
@@ -229,7 +219,7 @@ class Typical(_Stateless):
         c.sorted = False
 
 
-class TopNSigma(_Stateless):
+class TopNSigma(Stage):
     """``llama_sampler_init_top_n_sigma(n)``: masks logits below max - n*std (nothing is removed)."""
 
     name = "top-n-sigma"

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from constrained.llama import default_model_path, load_model, smollm2_model_path  # noqa: E402
 from constrained.llama.flags import parse_server_args  # noqa: E402
+from constrained.vocab.gguf_meta import sampling_metadata  # noqa: E402
 from oracle.cases.llama_server_parity import FLAG_SETS, PARA, PERSON, run_series, series  # noqa: E402
 from oracle.llama_server import LlamaServer  # noqa: E402
 from sampler import Params  # noqa: E402
@@ -50,7 +51,7 @@ def main() -> None:
         for name, flags in FLAG_SETS.items():
             args = parse_server_args(flags)
             llm = load_model(path, args)
-            base = Params.from_gguf(path, base=args.sampling, user_set=args.sampling_user_set)
+            base = Params.from_gguf(sampling_metadata(path), base=args.sampling, user_set=args.sampling_user_set)
             todo = series(a.scale)[name] + [random_series(rng, a.random)]
             n = bad = 0
             with LlamaServer(["-m", path, *flags]) as srv:

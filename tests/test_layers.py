@@ -19,10 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 # Lower number = lower layer. A module may import its own layer and the layers below it.
 LAYERS: dict[str, int] = {
     "constrained.errors": 0,          # the one exception tree
+    "sampler": 0,                     # llama.cpp's sampler chain and the C runtime's number conversions (cconv):
+                                      # standalone (imports nothing of constrained), so any layer may use it
     "constrained.vocab": 1,           # a model's tokens as llama.cpp sees them
     "constrained.json_schema": 1,     # JSON Schema -> GBNF text, and jsonschema validation; knows nothing of the engine
     "constrained.grammars": 1,        # bundled .gbnf files (package data)
-    "sampler": 2,                     # llama.cpp's sampler chain; standalone (no import of constrained)
     "constrained.grammar": 2,         # the engine; Grammar.from_json_schema uses the front end below it
     "constrained.chat": 3,            # chat templates, tool-call formats, reply parsing (PEG), stream deltas
     "constrained.llama": 4,           # the one-slot llama-server runtime: flags, model, slot, generation
@@ -327,3 +328,23 @@ def test_the_facade_check_sees_one(tmp_path: Path) -> None:
     assert _reexports("constrained.grammar.facade", f) == (True, ["GrammarRules", "Stack"])
     f.write_text("import importlib\n\ndef load():\n    return importlib.import_module('x')\n")
     assert _dynamic_imports(ast.parse(f.read_text())) == [(4, "load")]
+
+
+def test_sampler_stands_alone() -> None:
+    """``sampler`` imports nothing of ``constrained`` (read from the source, and at run time: every module of it
+    imports with ``constrained`` made unimportable)."""
+    bad = [f"{m} -> {d}" for m in MODULES if m.startswith("sampler") for d in GRAPH[m] if not d.startswith("sampler")]
+    assert not bad, bad
+    mods = sorted(m for m in MODULES if m.split(".")[0] == "sampler")
+    code = ("import importlib, sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'constrained' or name.startswith('constrained.'):\n"
+            "            raise ImportError('sampler must not import ' + name)\n"
+            "sys.meta_path.insert(0, Block())\n"
+            f"for m in {mods!r}:\n"
+            "    importlib.import_module(m)\n"
+            "print(sum(m.startswith('constrained') for m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "0"

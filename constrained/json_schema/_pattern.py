@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from sampler.cconv import stoi
+
 from ._rules import build_repetition
 from .json_text import INT_MAX
 
@@ -52,26 +54,6 @@ def gbnf_escape_length(pattern: str, pos: int) -> int:
     if not all(h in _HEX for h in pattern[pos + 2:pos + 2 + n_hex]):
         return 0
     return 2 + n_hex
-
-
-def _stoi(text: str) -> int:
-    """``std::stoi``: leading spaces, a sign, digits (then anything); ValueError where it throws."""
-    s = text.lstrip(" \t\n\v\f\r")
-    sign = -1 if s[:1] == "-" else 1
-    if s[:1] in ("+", "-") and s:
-        s = s[1:]
-    digits = ""
-    for ch in s:
-        if "0" <= ch <= "9":
-            digits += ch
-        else:
-            break
-    if not digits:
-        raise ValueError(text)
-    value = sign * int(digits)
-    if not -(1 << 31) <= value <= INT_MAX:
-        raise ValueError(text)
-    return value
 
 
 def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str], dotall: bool = False,
@@ -210,12 +192,12 @@ def pattern_to_rule(pattern: str, name: str, add_rule: Callable[[str, str], str]
                     raise UnsupportedPattern("wrong number of values in curly brackets")
                 try:
                     if len(nums) == 1:
-                        min_times = max_times = _stoi(nums[0])
+                        min_times = max_times = stoi(nums[0])
                     else:
                         if nums[0]:
-                            min_times = _stoi(nums[0])
+                            min_times = stoi(nums[0])
                         if nums[1]:
-                            max_times = _stoi(nums[1])
+                            max_times = stoi(nums[1])
                 except ValueError:
                     raise UnsupportedPattern("invalid number in curly brackets") from None
                 if not seq:

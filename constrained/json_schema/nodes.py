@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sampler.cconv import stoull
+
 from ..errors import SchemaError
 from .json_text import INT64_MAX, INT64_MIN, b, double_to_int64, is_integer, is_number, u, wrap_int
 
@@ -188,23 +190,6 @@ def get_format(schema: dict, path: str) -> str:
     return FORMAT_NONE
 
 
-def _stoull(text: str) -> int | None:
-    """``std::stoull`` (base 10): leading spaces, a sign, then digits; None where it throws."""
-    s = text.lstrip(" \t\n\v\f\r")
-    neg = s[:1] == "-"
-    if s[:1] in "+-" and s:
-        s = s[1:]
-    digits = ""
-    for ch in s:
-        if "0" <= ch <= "9":
-            digits += ch
-        else:
-            break
-    if not digits or int(digits) > (1 << 64) - 1:
-        return None
-    return ((1 << 64) - int(digits)) % (1 << 64) if neg else int(digits)
-
-
 class Builder:
     """``common_chat_schema_builder``: one pass over the JSON, $ref targets built once and linked at the end."""
 
@@ -247,7 +232,10 @@ class Builder:
             if isinstance(target, dict) and sel in target:
                 target = target[sel]
             elif isinstance(target, list):
-                idx = _stoull(sel)
+                try:
+                    idx = stoull(sel)
+                except ValueError:              # std::stoull threw
+                    idx = None
                 if idx is None or idx >= len(target):
                     raise _fail(path, f"cannot resolve $ref {ref}, {sel} is out of range")
                 target = target[idx]

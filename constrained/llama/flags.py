@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sampler import Params
-from sampler.cconv import samplers_from_chars, samplers_from_names, strtof, strtol
+from sampler.cconv import samplers_from_chars, samplers_from_names, stof, stoi, stoul
 
 from ..errors import FlagError
 
@@ -140,34 +140,9 @@ def physical_cores() -> int:
 
 
 # ---------------------------------------------------------------- value conversions (as common/arg.cpp does them)
-def _stoi(v: str) -> int:
-    """``std::stoi``: leading integer, ``invalid_argument`` / ``out_of_range`` otherwise."""
-    x, end = strtol(v)
-    if end == 0 or not -2**31 <= x < 2**31:
-        raise ValueError("stoi")
-    return x
-
-
-def _stof(v: str) -> float:
-    x, ok = strtof(v)
-    if not ok:
-        raise ValueError("stof")
-    return x
-
-
+# std::stoi / std::stof (sampler.cconv); the seed is std::stoul (64-bit, negative values wrap) into a uint32
 def _seed(v: str) -> int:
-    """``std::stoul`` (a 64-bit unsigned long, negative values wrap) stored in the uint32 seed."""
-    s = v.lstrip(" \t\n\v\f\r")
-    i = 1 if s[:1] in "+-" else 0
-    j = i
-    while j < len(s) and s[j].isdigit():
-        j += 1
-    if j == i:
-        raise ValueError("stoul")
-    x = int(s[i:j])
-    if x >= 2**64:
-        raise ValueError("stoul")
-    return (-x if s[:1] == "-" else x) & 0xFFFFFFFF
+    return stoul(v) & 0xFFFFFFFF
 
 
 def _tri(v: str, flag: str) -> str:
@@ -200,7 +175,7 @@ def _samp(key: str, conv: Callable[[str], Any], user: str | None = None) -> _H:
 
 
 def _repeat_penalty(v: str) -> float:
-    x = _stof(v)
+    x = stof(v)
     if not math.isfinite(x) or x <= 0.0 or not math.isfinite(1.0 / x):
         raise ValueError("error: repeat-penalty must be finite and greater than 0")
     return x
@@ -208,7 +183,7 @@ def _repeat_penalty(v: str) -> float:
 
 def _finite(name: str) -> Callable[[str], float]:
     def c(v: str) -> float:
-        x = _stof(v)
+        x = stof(v)
         if not math.isfinite(x):
             raise ValueError(f"error: {name} must be finite")
         return x
@@ -216,14 +191,14 @@ def _finite(name: str) -> Callable[[str], float]:
 
 
 def _last_n(v: str) -> int:
-    x = _stoi(v)
+    x = stoi(v)
     if x < -1:
         raise ValueError("error: value must be >= -1")
     return x
 
 
 def _dry_base(st: _State, v: str) -> None:
-    x = _stof(v)
+    x = stof(v)
     if x >= 1.0:                       # smaller values are ignored, as arg.cpp does
         st["sampling"]["dry_base"] = x
 
@@ -244,7 +219,7 @@ def _logit_bias(st: _State, v: str) -> None:
     m = re.match(r"\s*([+-]?\d+)\s*([+-])(.*)$", v, re.S)
     if not m:
         raise ValueError("invalid input format")
-    bias = _stof(m.group(3)) * (-1.0 if m.group(2) == "-" else 1.0)
+    bias = stof(m.group(3)) * (-1.0 if m.group(2) == "-" else 1.0)
     st["sampling"]["logit_bias"].append((int(m.group(1)), bias))
 
 
@@ -264,7 +239,7 @@ def _json_schema(text: str) -> Any:
 
 
 def _parallel(v: str) -> int:
-    x = _stoi(v)
+    x = stoi(v)
     if x == 0:
         raise ValueError("error: invalid value for n_parallel")
     return x
@@ -277,7 +252,7 @@ def _kv_type(v: str) -> str:
 
 
 def _threads(v: str) -> int:
-    x = _stoi(v)
+    x = stoi(v)
     return x if x > 0 else (os.cpu_count() or 1)   # <= 0: std::thread::hardware_concurrency()
 
 
@@ -327,53 +302,53 @@ def _ignore_eos(st: _State) -> None:
 _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("-m", "--model"), _set("model")),
     (("-a", "--alias"), _alias),
-    (("-c", "--ctx-size"), _set("n_ctx", _stoi)),
-    (("-b", "--batch-size"), _set("n_batch", _stoi)),
-    (("-ub", "--ubatch-size"), _set("n_ubatch", _stoi)),
+    (("-c", "--ctx-size"), _set("n_ctx", stoi)),
+    (("-b", "--batch-size"), _set("n_batch", stoi)),
+    (("-ub", "--ubatch-size"), _set("n_ubatch", stoi)),
     (("-fa", "--flash-attn"), lambda st, v: st.__setitem__("flash_attn", _tri(v, "--flash-attn"))),
-    (("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), _set("n_ctx_checkpoints", _stoi)),
-    (("-cms", "--checkpoint-min-step"), _set("checkpoint_min_step", _stoi)),
-    (("-cram", "--cache-ram"), _set("cache_ram_mib", _stoi)),
+    (("-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"), _set("n_ctx_checkpoints", stoi)),
+    (("-cms", "--checkpoint-min-step"), _set("checkpoint_min_step", stoi)),
+    (("-cram", "--cache-ram"), _set("cache_ram_mib", stoi)),
     (("-t", "--threads"), _set("n_threads", _threads)),
     (("-tb", "--threads-batch"), _set("n_threads_batch", _threads)),
     (("-np", "--parallel"), _set("n_parallel", _parallel)),
     (("-ctk", "--cache-type-k"), _set("cache_type_k", _kv_type)),
     (("-ctv", "--cache-type-v"), _set("cache_type_v", _kv_type)),
     (("-ngl", "--gpu-layers", "--n-gpu-layers"), _set("n_gpu_layers")),
-    (("--cache-reuse",), _set("cache_reuse", _stoi)),
-    (("-n", "--predict", "--n-predict"), _set("n_predict", _stoi)),
-    (("--keep",), _set("n_keep", _stoi)),
-    (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", _stof)),
+    (("--cache-reuse",), _set("cache_reuse", stoi)),
+    (("-n", "--predict", "--n-predict"), _set("n_predict", stoi)),
+    (("--keep",), _set("n_keep", stoi)),
+    (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", stof)),
     # params.verbosity: only whether it exceeds 9 matters here (server-schema.cpp: params.verbose)
-    (("-lv", "--verbosity", "--log-verbosity"), lambda st, v: st.__setitem__("verbose", _stoi(v) > 9)),
+    (("-lv", "--verbosity", "--log-verbosity"), lambda st, v: st.__setitem__("verbose", stoi(v) > 9)),
     # sampling (common_params_sampling); the user_set names are those Params.from_gguf knows
     (("--samplers",), _samp("samplers", lambda v: samplers_from_names(v.split(";")), "samplers")),
     (("-s", "--seed"), _samp("seed", _seed)),
     (("--sampler-seq", "--sampling-seq"), _samp("samplers", samplers_from_chars)),
-    (("--temp", "--temperature"), _samp("temp", lambda v: max(_stof(v), 0.0), "temp")),
-    (("--top-k",), _samp("top_k", _stoi, "top_k")),
-    (("--top-p",), _samp("top_p", _stof, "top_p")),
-    (("--min-p",), _samp("min_p", _stof, "min_p")),
-    (("--top-nsigma", "--top-n-sigma"), _samp("top_n_sigma", _stof)),
-    (("--xtc-probability",), _samp("xtc_probability", _stof, "xtc_probability")),
-    (("--xtc-threshold",), _samp("xtc_threshold", _stof, "xtc_threshold")),
-    (("--typical", "--typical-p"), _samp("typ_p", _stof)),
+    (("--temp", "--temperature"), _samp("temp", lambda v: max(stof(v), 0.0), "temp")),
+    (("--top-k",), _samp("top_k", stoi, "top_k")),
+    (("--top-p",), _samp("top_p", stof, "top_p")),
+    (("--min-p",), _samp("min_p", stof, "min_p")),
+    (("--top-nsigma", "--top-n-sigma"), _samp("top_n_sigma", stof)),
+    (("--xtc-probability",), _samp("xtc_probability", stof, "xtc_probability")),
+    (("--xtc-threshold",), _samp("xtc_threshold", stof, "xtc_threshold")),
+    (("--typical", "--typical-p"), _samp("typ_p", stof)),
     (("--repeat-last-n",), _samp("penalty_last_n", _last_n, "penalty_last_n")),
     (("--repeat-penalty",), _samp("penalty_repeat", _repeat_penalty, "penalty_repeat")),
     (("--presence-penalty",), _samp("penalty_present", _finite("presence-penalty"))),
     (("--frequency-penalty",), _samp("penalty_freq", _finite("frequency-penalty"))),
-    (("--dry-multiplier",), _samp("dry_multiplier", _stof)),
+    (("--dry-multiplier",), _samp("dry_multiplier", stof)),
     (("--dry-base",), _dry_base),
-    (("--dry-allowed-length",), _samp("dry_allowed_length", _stoi)),
+    (("--dry-allowed-length",), _samp("dry_allowed_length", stoi)),
     (("--dry-penalty-last-n",), _samp("dry_penalty_last_n", _last_n)),
     (("--dry-sequence-breaker",), _dry_breaker),
-    (("--adaptive-target",), _samp("adaptive_target", _stof)),
-    (("--adaptive-decay",), _samp("adaptive_decay", _stof)),
-    (("--dynatemp-range",), _samp("dynatemp_range", _stof)),
-    (("--dynatemp-exp",), _samp("dynatemp_exponent", _stof)),
-    (("--mirostat",), _samp("mirostat", _stoi, "mirostat")),
-    (("--mirostat-lr",), _samp("mirostat_eta", _stof, "mirostat_eta")),
-    (("--mirostat-ent",), _samp("mirostat_tau", _stof, "mirostat_tau")),
+    (("--adaptive-target",), _samp("adaptive_target", stof)),
+    (("--adaptive-decay",), _samp("adaptive_decay", stof)),
+    (("--dynatemp-range",), _samp("dynatemp_range", stof)),
+    (("--dynatemp-exp",), _samp("dynatemp_exponent", stof)),
+    (("--mirostat",), _samp("mirostat", stoi, "mirostat")),
+    (("--mirostat-lr",), _samp("mirostat_eta", stof, "mirostat_eta")),
+    (("--mirostat-ent",), _samp("mirostat_tau", stof, "mirostat_tau")),
     (("-l", "--logit-bias"), _logit_bias),
     (("--grammar",), _set("grammar")),
     (("--grammar-file",), lambda st, v: st.__setitem__("grammar", _read_file(v))),
@@ -381,19 +356,19 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("-jf", "--json-schema-file"), lambda st, v: st.__setitem__("json_schema", _json_schema(_read_file(v)))),
     # the HTTP server
     (("--host",), _set("host")),
-    (("--port",), _set("port", _stoi)),
+    (("--port",), _set("port", stoi)),
     (("--api-key",), _api_key),
     (("--api-key-file",), _api_key_file),
     (("--api-prefix",), _set("api_prefix")),
-    (("-to", "--timeout"), _set("timeout", _stoi)),
-    (("--threads-http",), _set("threads_http", _stoi)),
-    (("--sse-ping-interval",), _set("sse_ping_interval", _stoi)),
+    (("-to", "--timeout"), _set("timeout", stoi)),
+    (("--threads-http",), _set("threads_http", stoi)),
+    (("--sse-ping-interval",), _set("sse_ping_interval", stoi)),
     (("--chat-template",), _set("chat_template")),
     (("--chat-template-file",), _set("chat_template_file")),
     (("--chat-template-kwargs",), _kwargs),
     (("--reasoning-format",), _set("reasoning_format", _reasoning_format)),
     (("-rea", "--reasoning"), lambda st, v: st.__setitem__("reasoning", _tri(v, "--reasoning"))),
-    (("--reasoning-budget",), _set("reasoning_budget", _stoi)),
+    (("--reasoning-budget",), _set("reasoning_budget", stoi)),
     (("--cors-origins",), _set("cors_origins")),
 ]
 

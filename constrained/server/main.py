@@ -26,12 +26,14 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
     """The engine and server settings for a parsed command line (the default model when there is no ``-m``)."""
     from sampler import Params
 
+    from ..vocab.gguf_meta import sampling_metadata
+
     model = a.model
     if not model:
         from ..llama.model import default_model_path
 
         model = default_model_path()
-    sampling = Params.from_gguf(model, base=a.sampling, user_set=a.sampling_user_set)
+    sampling = Params.from_gguf(sampling_metadata(model), base=a.sampling, user_set=a.sampling_user_set)
     n_par, unified = a.resolved_parallel()
     nt, ntb = a.resolved_threads()
     tmpl = a.chat_template

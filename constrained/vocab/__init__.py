@@ -5,7 +5,7 @@
 - :mod:`._load`: llama.cpp's ``llama_vocab::load`` rules (token types, special ids, EOG set, detokenize flags).
 - :mod:`._stdhash`: libstdc++'s ``std::hash<std::string>`` and ``unordered_map`` walk order, which decide some roles.
 
-This layer imports only :mod:`constrained.errors`.
+This layer imports only :mod:`constrained.errors` and ``sampler.cconv`` (the C runtime's ``strtol``, standalone).
 """
 
 from __future__ import annotations

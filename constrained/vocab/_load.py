@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sampler.cconv import strtol
+
 from ..errors import VocabularyError
 
 NULL = -1
@@ -269,16 +271,5 @@ def _piece(text: bytes, attr: int, vtype: str, escape_ws: bool) -> bytes:
     if attr & A_BYTE:
         if vtype == "wpm":
             raise VocabularyError("WPM vocabulary with a byte token (llama.cpp aborts)")
-        return bytes([_strtol_hex(text[3:5])])
+        return bytes([strtol(text[3:5].decode("latin-1"), 16)[0] & 0xFF])   # token_to_byte: strtol(.., 16)
     return b""
-
-
-def _strtol_hex(s: bytes) -> int:
-    """``strtol(s, NULL, 16)`` truncated to a byte, as ``token_to_byte`` does."""
-    v = 0
-    for ch in s:
-        d = int(chr(ch), 16) if chr(ch) in "0123456789abcdefABCDEF" else -1
-        if d < 0:
-            break
-        v = v * 16 + d
-    return v & 0xFF

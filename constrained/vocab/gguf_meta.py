@@ -140,3 +140,24 @@ def read_metadata(path: str | Path, skip: Container[str] = ()) -> dict[str, Any]
     finally:
         if isinstance(buf, mmap.mmap):
             buf.close()
+
+
+SAMPLING_PREFIX = "general.sampling."
+_LARGE_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                         "tokenizer.ggml.token_type", "tokenizer.chat_template"})
+
+
+def sampling_metadata(path: str | Path) -> dict[str, Any]:
+    """The ``general.sampling.*`` entries of a GGUF's metadata (the vocabulary arrays skipped, not decoded): what
+    ``sampler.Params.from_gguf`` applies (``common_init_sampler_from_model``).
+
+    Raises:
+        VocabularyError: as :func:`read_metadata`.
+
+    Example:
+        >>> from sampler import Params
+        >>> Params.from_gguf(sampling_metadata("model.gguf")).top_k  # doctest: +SKIP
+        40
+    """
+    meta = read_metadata(path, skip=_LARGE_KEYS)
+    return {k: v for k, v in meta.items() if k.startswith(SAMPLING_PREFIX)}

@@ -13,6 +13,7 @@ import pytest
 
 from constrained.grammar.lazy_grammar import lazy_grammar
 from constrained.llama import load_model, smollm2_model_path, vocabulary_of
+from constrained.vocab.gguf_meta import sampling_metadata
 from oracle.cases.llama_server_parity import compare
 from oracle.llama_server import LlamaServer, completion
 from sampler import Params
@@ -33,7 +34,7 @@ TRIGGERS = [
 def both(request, default_model_path):
     path = default_model_path if request.param == "gemma3-270m" else smollm2_model_path()
     llm = load_model(path)
-    base = Params.from_gguf(path)
+    base = Params.from_gguf(sampling_metadata(path))
     with LlamaServer(["-m", path]) as srv:
         yield srv, llm, base
     llm.close()

@@ -12,6 +12,7 @@ import pytest
 
 from constrained.llama import load_model, smollm2_model_path
 from constrained.llama.flags import parse_server_args
+from constrained.vocab.gguf_meta import sampling_metadata
 from oracle.cases.llama_server_parity import FLAG_SETS, run_series, series
 from oracle.llama_server import LlamaServer
 from sampler import Params
@@ -31,7 +32,7 @@ def test_same_tokens_as_llama_server(model: str, flag_set: str, model_paths: dic
     flags = FLAG_SETS[flag_set]
     args = parse_server_args(flags)
     llm = load_model(path, args)
-    base = Params.from_gguf(path, base=args.sampling, user_set=args.sampling_user_set)
+    base = Params.from_gguf(sampling_metadata(path), base=args.sampling, user_set=args.sampling_user_set)
     n = 0
     bad = []
     try:
@@ -54,7 +55,7 @@ def test_n_predict_zero_gives_one_token(default_model_path: str) -> None:
     flags = ["-c", "512"]
     args = parse_server_args(flags)
     llm = load_model(default_model_path, args)
-    base = Params.from_gguf(default_model_path, base=args.sampling, user_set=args.sampling_user_set)
+    base = Params.from_gguf(sampling_metadata(default_model_path), base=args.sampling, user_set=args.sampling_user_set)
     bodies = [{"prompt": "Hello", "n_predict": 0, "temperature": 0},
               {"prompt": "Hello there, friend", "n_predict": 1, "seed": 2, "n_probs": 2}]
     try:

@@ -264,13 +264,14 @@ def test_from_gguf_matches_llama(tmp_path) -> None:  # noqa: ANN001
 
     from gguf import GGUFValueType as T
 
+    from constrained.vocab.gguf_meta import sampling_metadata
     from oracle.llama import L, vocab_model
     kv = {"top_k": (17, T.INT32), "top_p": (f32(0.1234567), T.FLOAT32), "min_p": (f32(3e-7), T.FLOAT32),
           "temp": (f32(0.7), T.FLOAT32), "penalty_last_n": (-1, T.INT32), "penalty_repeat": (1.1, T.FLOAT64),
           "mirostat": (2, T.UINT32), "mirostat_tau": ("4.5xyz", T.STRING), "mirostat_eta": ("", T.STRING),
           "sequence": ("top_k;TEMP;bogus;min-p", T.STRING), "xtc_threshold": (True, T.BOOL)}
     path = _gguf_with_sampling(tmp_path, kv)
-    p = Params.from_gguf(path)
+    p = Params.from_gguf(sampling_metadata(path))
     vm = vocab_model(path)
     buf = ctypes.create_string_buffer(600)
     for key, attr in (("top_k", "top_k"), ("top_p", "top_p"), ("min_p", "min_p"), ("temp", "temp"),
@@ -287,4 +288,4 @@ def test_from_gguf_matches_llama(tmp_path) -> None:  # noqa: ANN001
     assert p.xtc_threshold == Params().xtc_threshold  # "true" does not parse as a float
     assert p.samplers == ("top_k", "temperature", "min_p")
     assert p.top_p == f32(0.123457)   # through std::to_string's 6 decimals
-    assert Params.from_gguf(path, user_set=frozenset({"top_k", "samplers"})).top_k == 40
+    assert Params.from_gguf(sampling_metadata(path), user_set=frozenset({"top_k", "samplers"})).top_k == 40
