@@ -12,7 +12,7 @@ PY := $(VENV)/bin/python
 export CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF
 export GGML_NO_BACKTRACE = 1
 
-.PHONY: demo test setup setup-vllm lint bench clean
+.PHONY: demo test setup setup-vllm lint bench docs clean
 
 # Compiled extensions (pyproject.toml's [[tool.setuptools.ext-modules]]): a changed source re-runs the set-up, whose
 # editable install rebuilds them in place.
@@ -57,8 +57,11 @@ test: $(VENV)/.installed $(VLLM_VENV)/.installed
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check constrained sampler tests oracle benchmarks scripts examples
 
+docs: $(VENV)/.installed   # the site (docs/, mkdocs.yml; API reference from the docstrings) into site/
+	PYTHONPATH=. $(PY) -m mkdocs build --strict
+
 bench: $(VENV)/.installed
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) oracle/_build .pytest_cache build $(EXT_BUILT)
+	rm -rf $(VENV) $(VLLM_VENV) oracle/_build .pytest_cache build site $(EXT_BUILT)
