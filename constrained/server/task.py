@@ -262,6 +262,9 @@ def _grammar_field(t: TaskParams, data: dict[str, Any]) -> None:
         schema = data.get("json_schema")
         if schema is None:
             schema = {}
+        if isinstance(schema, (str, bytes)):     # a JSON string value, not a schema (the Python API parses text)
+            raise ValueError('"json_schema": JSON schema conversion failed:\nJSON schema error at #: schema must be '
+                             "an object")
         try:
             t.grammar = convert_json_schema(server_json_schema(schema)).gbnf
         except Exception as e:  # noqa: BLE001 - any conversion failure is the field's error
