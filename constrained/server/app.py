@@ -24,7 +24,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
-from .bodies import BodyTooLarge, error_response, json_response, read_body, too_large_response
+from .bodies import error_response, json_response, read_body, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
@@ -250,10 +250,10 @@ def build_app(state: ServerState) -> Starlette:
         async def handler(request: Request) -> Response:
             try:
                 return await fn(request)
-            except BodyTooLarge:
-                log(f"request {request.url.path} -> 413 (body larger than {cfg.max_body} bytes)")
-                return too_large_response()
             except HttpError as e:
+                if e.status == 413:
+                    log(f"request {request.url.path} -> 413 (body larger than {cfg.max_body} bytes)")
+                    return too_large_response()
                 log(f"request {request.url.path} -> {e.status} ({e.message[:80]})")
                 return error_response(e)
             except Exception as e:  # noqa: BLE001 - ex_wrapper: any other failure is a 500 server_error

@@ -19,8 +19,8 @@ from starlette.responses import Response
 from .errors import HttpError
 from .jsonout import dumps
 
-__all__ = ["JSON_CT", "MAX_BODY_BYTES", "MAX_JSON_DEPTH", "BodyTooLarge", "error_response", "json_depth_exceeds",
-           "json_response", "parse_json_body", "read_body", "read_raw", "too_large_response"]
+__all__ = ["JSON_CT", "MAX_BODY_BYTES", "MAX_JSON_DEPTH", "error_response", "json_depth_exceeds",
+           "json_response", "parse_json_body", "read_body", "read_raw", "too_large", "too_large_response"]
 
 JSON_CT = "application/json; charset=utf-8"
 
@@ -44,12 +44,9 @@ MAX_JSON_DEPTH = 512
 _THREAD_PARSE = 256 * 1024
 
 
-class BodyTooLarge(HttpError):
-    """A body above the limit: httplib's bare ``413 Payload Too Large`` (no body, connection closed)."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(f"request body larger than {limit} bytes", "invalid_request_error")
-        self.status = 413
+def too_large(limit: int) -> HttpError:
+    """The error of a body above ``limit`` bytes (answered as :func:`too_large_response`)."""
+    return HttpError(f"request body larger than {limit} bytes", "payload_too_large")
 
 
 def too_large_response() -> Response:
@@ -162,7 +159,7 @@ def parse_json_body(raw: bytes, limit_depth: int = MAX_JSON_DEPTH) -> Any:
 
 
 async def read_raw(request: Request, limit: int | None = None) -> bytes:
-    """The body's bytes, refused (:class:`BodyTooLarge`) as soon as it passes ``limit`` bytes: at once from
+    """The body's bytes, refused (:func:`too_large`) as soon as it passes ``limit`` bytes: at once from
     ``Content-Length``, else while it streams in (chunked bodies)."""
     limit = MAX_BODY_BYTES if limit is None else limit
     cached = getattr(request, "_body", None)
@@ -170,13 +167,13 @@ async def read_raw(request: Request, limit: int | None = None) -> bytes:
         return cached
     cl = request.headers.get("content-length")
     if cl is not None and cl.isdigit() and limit > 0 and int(cl) > limit:
-        raise BodyTooLarge(limit)
+        raise too_large(limit)
     chunks: list[bytes] = []
     n = 0
     async for chunk in request.stream():
         n += len(chunk)
         if limit > 0 and n > limit:
-            raise BodyTooLarge(limit)
+            raise too_large(limit)
         chunks.append(chunk)
     raw = b"".join(chunks)
     request._body = raw  # type: ignore[attr-defined]
