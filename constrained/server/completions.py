@@ -207,7 +207,10 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                 if isinstance(ev, HttpError):
                     yield sse({"error": ev.body()["error"]})
                     return
-                chunk = encode(ev)
+                # a chat reply's parser re-reads the reply so far: past PARSE_INLINE characters, off the loop
+                big = chat and parser_factory is not None and isinstance(ev, (Partial, Final)) and \
+                    len(getattr(parsers.get(ev.task.index), "text", "")) >= PARSE_INLINE
+                chunk = await offload(encode, ev, heavy=big, pool="parse")
                 if chunk:
                     yield chunk
                 if isinstance(ev, Final):
@@ -227,6 +230,10 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
             cancel()
 
     return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+#: a streamed chat reply longer than this is parsed in the "parse" worker pool
+PARSE_INLINE = 2048
 
 
 def _warm_breakers(eng: Any, sp: Any) -> None:

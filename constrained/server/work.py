@@ -28,19 +28,21 @@ HEAVY_BYTES = 16 * 1024
 #: worker threads: at most this many heavy jobs run at once (the rest wait in the pool's queue)
 WORKERS = 2
 
-_pool: ThreadPoolExecutor | None = None
+_pools: dict[str, ThreadPoolExecutor] = {}
 
 
-def _executor() -> ThreadPoolExecutor:
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="constrained-work")
-    return _pool
+def _executor(pool: str) -> ThreadPoolExecutor:
+    ex = _pools.get(pool)
+    if ex is None:
+        ex = _pools[pool] = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"constrained-{pool}")
+    return ex
 
 
-async def offload(fn: Callable[..., T], *args: Any, heavy: bool = True, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in the worker pool (inline when ``heavy`` is false); exceptions pass through."""
+async def offload(fn: Callable[..., T], *args: Any, heavy: bool = True, pool: str = "setup", **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in the worker pool ``pool`` (inline when ``heavy`` is false); exceptions pass
+    through. Request set-up uses ``"setup"``; streamed replies' parsing ``"parse"`` (so a stream's next token never
+    waits behind another request's templating)."""
     if not heavy:
         return fn(*args, **kwargs)
     loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_executor(), functools.partial(fn, *args, **kwargs))
+    return await loop.run_in_executor(_executor(pool), functools.partial(fn, *args, **kwargs))
