@@ -76,12 +76,15 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                 if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
                     delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
             for i, p in enumerate(inputs):
-                toks = eng.tokenize_prompt(p)
+                toks = eng.tokenize_prompt(p, refuse_from=eng.n_ctx_slot)
                 params = state.task_params(data, chat)
                 if chat and not isinstance(data.get("_chat_format_name"), str):
                     params.chat_format = "Content-only"
                 if params0 is None:
-                    _warm_breakers(eng, params.sampling)
+                    try:
+                        _warm_breakers(eng, params.sampling)
+                    except Exception:  # noqa: BLE001 - the model thread builds (and reports) it then
+                        pass
                 params0 = params0 or params
                 n = params.n_cmpl
                 kids = []

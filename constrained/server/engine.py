@@ -177,9 +177,34 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                 return buf.raw[:n]
             cap = -n
 
-    def tokenize_prompt(self, p: Any) -> list[int]:
-        """``tokenize_mixed`` with add_special and parse_special (a string, token ids, or both mixed)."""
+    def count_tokens(self, text: bytes, add_special: bool, parse_special: bool) -> int:
+        """How many tokens ``text`` is, tokenized into a numpy buffer (no Python list of a huge prompt)."""
+        import numpy as np
+
+        cap = len(text) + 8
+        while True:
+            buf = np.empty(cap, dtype=np.int32)
+            ptr = buf.ctypes.data_as(ctypes.POINTER(L.llama_token))
+            k = L.llama_tokenize(self.vocab_ptr, text, len(text), ptr, cap, add_special, parse_special)
+            if k >= 0:
+                return int(k)
+            if k == -2147483648 or -k <= cap:
+                raise ConstrainedError(f"llama_tokenize failed ({k})")
+            cap = -k
+
+    def tokenize_prompt(self, p: Any, refuse_from: int = 0) -> list[int]:
+        """``tokenize_mixed`` with add_special and parse_special (a string, token ids, or both mixed).
+        ``refuse_from`` > 0: a string prompt of at least that many tokens is refused with llama-server's
+        ``exceed_context_size_error`` before its token list is built (a 50 MB prompt costs its count only)."""
         if isinstance(p, str):
+            if refuse_from > 0 and len(p) + 2 >= refuse_from // 4:
+                b = p.encode("utf-8")
+                if len(b) + 2 >= refuse_from:
+                    n = self.count_tokens(b, True, True)
+                    if n >= refuse_from:
+                        raise HttpError(f"request ({n} tokens) exceeds the available context size ({refuse_from} "
+                                        "tokens), try increasing it", "exceed_context_size_error",
+                                        n_prompt_tokens=n, n_ctx=refuse_from)
             return self.tokenize(p, True, True)
         out: list[int] = []
         first = True
