@@ -543,3 +543,21 @@ def test_sigterm_exits_within_seconds(default_model_path: str) -> None:
             socket.create_connection(("127.0.0.1", s.port), timeout=2).close()
     finally:
         s.stop()
+
+
+# ------------------------------------------------------------------ finding 3: big prompts
+@pytest.mark.parametrize("mb", [2, 40])
+def test_big_prompt_exceeds_context_as_llama_server(srv: LlamaServer, real: LlamaServer, mb: int) -> None:
+    body = {"prompt": "lorem ipsum dolor sit amet " * (mb * 1024 * 1024 // 27), "n_predict": 1}
+    rss0 = _rss_kb(_server_pid(srv))
+    t0 = time.monotonic()
+    st_o, o = _post(srv, "/completion", body, timeout=300)
+    dt = time.monotonic() - t0
+    grew = _rss_kb(_server_pid(srv)) - rss0
+    assert st_o == 400 and o["error"]["type"] == "exceed_context_size_error", o
+    if mb == 2:
+        st_r, r = _post(real, "/completion", body, timeout=300)
+        assert (st_r, r) == (st_o, o)
+    assert dt < 120
+    assert grew < mb * 1024 * 12, f"RSS grew {grew} kB for a {mb} MB prompt"   # no token list per byte kept
+    _healthy(srv)
