@@ -57,7 +57,10 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
     q: asyncio.Queue[Any] = asyncio.Queue()
 
     def emit(ev: Any) -> None:
-        loop.call_soon_threadsafe(q.put_nowait, ev)
+        try:
+            loop.call_soon_threadsafe(q.put_nowait, ev)
+        except RuntimeError:              # the loop is closed (shutdown): nobody is waiting any more
+            pass
 
     def build() -> tuple[list[Task], Any]:
         # tokenization, the sampling parameters, json_schema -> grammar: per-request CPU work, off the loop when big
