@@ -205,6 +205,7 @@ def _overlapping(vocab: Any, idx: _TextIndex, s: bytes, out: Breakers) -> None:
     inside_set = set(inside.tolist())
     todo = sorted(inside_set | set(heads.tolist()))
     texts = idx.texts
+    tails: dict[int, tuple[int, ...]] = {}    # the tail depends only on the matched length: tokenized once each
     for tid in todo:
         if tid in inside_set:
             lst = out.setdefault(tid, [])
@@ -214,7 +215,9 @@ def _overlapping(vocab: Any, idx: _TextIndex, s: bytes, out: Breakers) -> None:
         word = texts[tid]
         for k in range(min(len(word), len(s) - 1), 0, -1):     # the suffix of length k, longest first
             if word.endswith(s[:k]):
-                tail = tuple(vocab.tokenize(s[k:], parse_special=False))[:MAX_SEQ_LEN]
+                tail = tails.get(k)
+                if tail is None:
+                    tail = tails[k] = tuple(vocab.tokenize(s[k:], parse_special=False))[:MAX_SEQ_LEN]
                 lst = out.setdefault(tid, [])
                 if tail not in lst:
                     lst.append(tail)
