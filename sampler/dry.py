@@ -16,8 +16,9 @@ Example:
 
 from __future__ import annotations
 
+import threading
 import weakref
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,11 @@ MAX_CHAR_LEN = 40
 MAX_SEQ_LEN = 20
 
 Breakers = dict[int, list[tuple[int, ...]]]
-_cache: weakref.WeakKeyDictionary[Any, dict[tuple[bytes, ...], Breakers]] = weakref.WeakKeyDictionary()
+#: processed breaker lists kept per vocabulary (least recently used dropped beyond this)
+CACHE_SIZE = 32
+_cache: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[bytes, ...], Breakers]] = weakref.WeakKeyDictionary()
+_index: weakref.WeakKeyDictionary[Any, _TextIndex] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
 
 
 def _clean_spaces(t: bytes) -> bytes:
@@ -131,49 +136,120 @@ def token_texts(vocab: Any) -> list[bytes]:
     return texts
 
 
-# as get_overlapping_token_sequences
-def _overlapping(vocab: Any, texts: list[bytes], s: bytes, out: Breakers) -> None:
-    first = s[:1]
-    for tid, word in enumerate(texts):
-        if s in word:
-            out.setdefault(tid, [])
-            if () not in out[tid]:
-                out[tid].append(())
+class _TextIndex:
+    """Every token's text laid end to end (one ``bytes`` and its offsets, plus each text's last and
+    ``MAX_CHAR_LEN``-from-the-end bytes as arrays), so a breaker is looked up over the whole vocabulary with a few
+    numpy passes instead of a Python loop over 262k texts."""
+
+    def __init__(self, texts: list[bytes]) -> None:
+        self.texts = texts
+        self.blob = b"".join(texts)
+        lens = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+        self.lens = lens
+        self.starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64) if len(texts) else lens
+        self.ends = self.starts + lens
+        self.arr = np.frombuffer(self.blob, dtype=np.uint8)
+        # the byte k from the end of each text (k = 1 .. MAX_CHAR_LEN; 0 where the text is shorter)
+        self.back = np.zeros((MAX_CHAR_LEN + 1, len(texts)), dtype=np.uint8)
+        for k in range(1, MAX_CHAR_LEN + 1):
+            ok = lens >= k
+            self.back[k, ok] = self.arr[self.ends[ok] - k]
+
+    def containing(self, s: bytes) -> np.ndarray:
+        """Ids of the tokens whose text contains ``s``, sorted."""
+        a = self.arr
+        n = len(s)
+        if n == 0 or len(a) < n:
+            return np.zeros(0, dtype=np.int64)
+        pos = np.flatnonzero(a[: len(a) - n + 1] == s[0])
+        for j in range(1, n):
+            if not pos.size:
+                break
+            pos = pos[a[pos + j] == s[j]]
+        if not pos.size:
+            return np.zeros(0, dtype=np.int64)
+        tok = np.searchsorted(self.starts, pos, side="right") - 1
+        inside = pos + n <= self.ends[tok]
+        return np.unique(tok[inside])
+
+    def ending_with_prefix(self, s: bytes) -> np.ndarray:
+        """Ids of the tokens whose text ends with a non-empty proper prefix of ``s``, sorted (a superset check
+        on the first and last byte of each candidate suffix, then exact)."""
+        found = np.zeros(len(self.texts), dtype=bool)
+        for k in range(1, len(s)):
+            found |= (self.back[1] == s[k - 1]) & (self.back[k] == s[0]) & (self.lens >= k)
+        return np.flatnonzero(found)
+
+
+def _text_index(vocab: Any) -> _TextIndex:
+    with _lock:
+        try:
+            idx = _index.get(vocab)
+        except TypeError:
+            idx = None
+        if idx is None:
+            idx = _TextIndex(token_texts(vocab))
+            try:
+                _index[vocab] = idx
+            except TypeError:
+                pass
+        return idx
+
+
+# as get_overlapping_token_sequences: every token containing s is a single-token breaker; every token whose text
+# ends with a proper prefix of s heads a multi-token one (its tail the tokenization of the rest), one tail per
+# matching suffix, longest first; tokens in id order
+def _overlapping(vocab: Any, idx: _TextIndex, s: bytes, out: Breakers) -> None:
+    inside = idx.containing(s)
+    heads = idx.ending_with_prefix(s)
+    inside_set = set(inside.tolist())
+    todo = sorted(inside_set | set(heads.tolist()))
+    texts = idx.texts
+    tails: dict[int, tuple[int, ...]] = {}    # the tail depends only on the matched length: tokenized once each
+    for tid in todo:
+        if tid in inside_set:
+            lst = out.setdefault(tid, [])
+            if () not in lst:
+                lst.append(())
             continue
-        pos = word.find(first)
-        while pos != -1:
-            i = 1
-            match = True
-            while i < len(s) and i + pos < len(word):
-                if word[pos + i] != s[i]:
-                    match = False
-                    break
-                i += 1
-            if match:
-                tail = tuple(vocab.tokenize(s[i:], parse_special=False))[:MAX_SEQ_LEN]
+        word = texts[tid]
+        for k in range(min(len(word), len(s) - 1), 0, -1):     # the suffix of length k, longest first
+            if word.endswith(s[:k]):
+                tail = tails.get(k)
+                if tail is None:
+                    tail = tails[k] = tuple(vocab.tokenize(s[k:], parse_special=False))[:MAX_SEQ_LEN]
                 lst = out.setdefault(tid, [])
                 if tail not in lst:
                     lst.append(tail)
-            pos = word.find(first, pos + 1)
 
 
 def process_breakers(vocab: Any, breakers: tuple[str | bytes, ...]) -> Breakers:
-    """head token -> list of tails (an empty tail = single-token breaker); cached per vocabulary."""
+    """head token -> list of tails (an empty tail = single-token breaker); the last :data:`CACHE_SIZE` lists
+    are kept per vocabulary."""
     key = tuple(b.encode() if isinstance(b, str) else bytes(b) for b in breakers)
-    try:
-        per_vocab = _cache.setdefault(vocab, {})
-    except TypeError:  # not weak-referenceable
-        per_vocab = {}
-    if key in per_vocab:
-        return per_vocab[key]
+    with _lock:
+        try:
+            per_vocab = _cache.get(vocab)
+            if per_vocab is None:
+                per_vocab = _cache[vocab] = OrderedDict()
+        except TypeError:  # not weak-referenceable
+            per_vocab = OrderedDict()
+        hit = per_vocab.get(key)
+        if hit is not None:
+            per_vocab.move_to_end(key)
+            return hit
     out: Breakers = {}
     if any(key):
-        texts = token_texts(vocab)
+        idx = _text_index(vocab)
         for s in key:
             if not s:
                 continue
-            _overlapping(vocab, texts, s[:MAX_CHAR_LEN], out)
-    per_vocab[key] = out
+            _overlapping(vocab, idx, s[:MAX_CHAR_LEN], out)
+    with _lock:
+        per_vocab[key] = out
+        per_vocab.move_to_end(key)
+        while len(per_vocab) > CACHE_SIZE:
+            per_vocab.popitem(last=False)
     return out
 
 

@@ -165,9 +165,41 @@ def _plus(left: Any, right: Any, op: str) -> Any:
     raise TypeError(f'Unknown operator "{op}" between {_type_name(left)} and {_type_name(right)}')
 
 
+#: the largest string or list a template may build (characters or items): an operator's template cannot
+#: allocate gigabytes (``'a' * 10**8``, a loop doubling a string)
+MAX_TEMPLATE_SIZE = 16 * 1024 * 1024
+#: the largest integer power a template may compute, in bits (``10 ** 10000000`` would burn half a minute)
+MAX_POWER_BITS = 4096
+
+
+def _bounded(v: Any) -> Any:
+    if isinstance(v, (str, list)) and len(v) > MAX_TEMPLATE_SIZE:
+        raise OverflowError(f"template value too large: more than {MAX_TEMPLATE_SIZE} characters or items")
+    return v
+
+
+def _bounded_binop(op: str, left: Any, right: Any) -> Any:
+    """``*`` and ``**`` with their results bounded (:data:`MAX_TEMPLATE_SIZE`, :data:`MAX_POWER_BITS`); otherwise
+    Python's operators, as the sandbox used before."""
+    import math
+    import operator
+
+    ints = isinstance(left, int) and isinstance(right, int)
+    if op == "*":
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, (str, list)) and isinstance(n, int) and len(seq) * max(n, 0) > MAX_TEMPLATE_SIZE:
+                raise OverflowError(f"template value too large: more than {MAX_TEMPLATE_SIZE} characters or items")
+        if ints and left.bit_length() + right.bit_length() > MAX_POWER_BITS:
+            raise OverflowError(f"template arithmetic too large: more than {MAX_POWER_BITS} bits")
+        return operator.mul(left, right)
+    if ints and right > 0 and abs(left) > 1 and right * math.log2(abs(left)) > MAX_POWER_BITS:
+        raise OverflowError(f"template arithmetic too large: more than {MAX_POWER_BITS} bits")
+    return operator.pow(left, right)
+
+
 def _concat(*values: Any) -> Any:
     # a ~ b ~ c as runtime.cpp evaluates it: ((a ~ b) ~ c)
-    return functools.reduce(lambda a, b: _plus(a, b, "~"), values)
+    return functools.reduce(lambda a, b: _bounded(_plus(a, b, "~")), values)
 
 
 def _safe(value: Any) -> Any:
@@ -272,7 +304,7 @@ def environment() -> Any:
 
         class _Env(ImmutableSandboxedEnvironment):
             code_generator_class = _CodeGenerator
-            intercepted_binops = frozenset(["+"])
+            intercepted_binops = frozenset(["+", "*", "**"])
             concat_values = staticmethod(_concat)
 
             # llama.cpp's engine has two mutating list methods, append and pop (jinja/value.cpp:1144-1155)
@@ -282,7 +314,9 @@ def environment() -> Any:
                 return bool(super().is_safe_attribute(obj, attr, value))
 
             def call_binop(self, context: Any, operator: str, left: Any, right: Any) -> Any:
-                return _plus(left, right, operator)
+                if operator == "+":
+                    return _bounded(_plus(left, right, operator))
+                return _bounded_binop(operator, left, right)
 
             def getitem(self, obj: Any, argument: Any) -> Any:
                 # member_expression on none, a number or a boolean: only a name (a built-in) may be asked for

@@ -20,7 +20,14 @@ from typing import Any
 
 from .peg import ChatMessage, PegFail, json_native_parser, parse_message
 from .stream_diff import compute_diffs
-from .tools import ToolCallSetup, new_tool_call_id, parse_reply, validate_arguments
+from .tools import (
+    NESTED_TOO_DEEPLY,
+    ParsedReply,
+    ToolCallSetup,
+    new_tool_call_id,
+    parse_reply,
+    validate_arguments,
+)
 
 __all__ = ["ToolCallParser"]
 
@@ -60,10 +67,10 @@ class ToolCallParser:
         try:
             new = parse_message(self.peg, self.gen_prompt, self.text, is_partial=is_partial,
                                 reasoning_start=(self.setup.format.reasoning or ("",))[0])
-        except PegFail as e:
+        except (PegFail, RecursionError) as e:
             if is_partial:                       # llama-server: an SSE error; ours: no delta until it parses
                 return self.message_json(final=False), []
-            new = self._fallback(str(e))
+            new = self._fallback(str(e) if isinstance(e, PegFail) else NESTED_TOO_DEEPLY)
         diffs: list[dict[str, Any]] = []
         if not new.empty():
             new = self._with_ids(new)
@@ -76,7 +83,10 @@ class ToolCallParser:
 
     def _fallback(self, why: str) -> ChatMessage:
         """Ours where llama-server answers 500: the setup's own parse (complete calls kept, else all content)."""
-        r = parse_reply(self.text, self.setup, ids=self.ids)
+        try:
+            r = parse_reply(self.text, self.setup, ids=self.ids)
+        except RecursionError:
+            r = ParsedReply(self.text, parse_error=NESTED_TOO_DEEPLY)
         self.parse_error = r.parse_error or why
         return ChatMessage(r.content, r.reasoning_content, [(c.name, c.arguments, c.id) for c in r.tool_calls])
 
@@ -106,6 +116,11 @@ class ToolCallParser:
 def _issues(arguments: str, schema: Any) -> list[str]:
     try:
         value = json.loads(arguments)
+    except RecursionError:
+        return [NESTED_TOO_DEEPLY]
     except ValueError:
         return ["arguments are not complete JSON (cut off by max_tokens?)"]
-    return list(validate_arguments(value, schema if schema is not None else {}))
+    try:
+        return list(validate_arguments(value, schema if schema is not None else {}))
+    except RecursionError:
+        return [NESTED_TOO_DEEPLY]

@@ -45,7 +45,7 @@ from .tool_formats import FORMATS, ToolFormat, format_for_template
 from .tool_grammar import build_tool_grammar
 from .tool_parse import ParseFailure, parse_json_tools
 
-__all__ = ["ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",
+__all__ = ["NESTED_TOO_DEEPLY", "ParsedReply", "ToolCall", "ToolCallSetup", "ToolError", "detect_format", "generic_messages",
            "generic_system_prompt", "normalize_tools", "parse_reply", "template_messages", "template_tools", "tool_call_setup",
            "tool_call_setup_for_template"]
 
@@ -349,6 +349,19 @@ def new_tool_call_id() -> str:
     return "".join(secrets.choice(alphabet) for _ in range(32))
 
 
+#: the parse error (or issue) of model text nested deeper than the parsers go
+NESTED_TOO_DEEPLY = "the tool call is nested too deeply to parse"
+
+
+def _no_surrogates(s: str) -> str:
+    """``s`` with lone surrogates (from a ``\\ud800`` escape) as U+FFFD, so it encodes as UTF-8."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> ParsedReply:
     """The reply (the generated text, without the generation prompt) as reasoning, content and tool calls, in the
     setup's format (:mod:`constrained.chat.tool_parse`).
@@ -375,15 +388,21 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
         why = None
     except ParseFailure as e:
         r, why = e.partial, str(e)
+    except RecursionError:
+        return ParsedReply(text, reasoning_content="", parse_error=NESTED_TOO_DEEPLY)
     calls = []
     for name, args, cid in r.calls:
         try:
             value = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
         i = len(calls)
-        calls.append(ToolCall(name, args if isinstance(value, dict) else "{}",
-                              cid or (ids[i] if i < len(ids) else new_tool_call_id()), validate_arguments(value, names[name].schema)))
+        try:
+            issues = validate_arguments(value, names[name].schema)
+        except RecursionError:
+            issues = (NESTED_TOO_DEEPLY,)
+        calls.append(ToolCall(name, _no_surrogates(args) if isinstance(value, dict) else "{}",
+                              cid or (ids[i] if i < len(ids) else new_tool_call_id()), issues))
     if why is not None and not calls:
         return ParsedReply(text, reasoning_content="", parse_error=why)
     return ParsedReply(r.content, calls, r.reasoning, parse_error=why)

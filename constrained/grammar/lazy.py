@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,6 +53,9 @@ from .stacks import Stacks
 from .tokenindex import decode_utf8
 
 __all__ = ["LazyMatcher", "accept_piece"]
+
+#: literal trigger indexes kept per vocabulary (least recently used dropped beyond this)
+LITERAL_CACHE = 64
 
 _PLACEHOLDER: Stacks = ((-1,),)   # a non-empty stack shown while waiting when the grammar's own stacks are all empty
 
@@ -89,24 +93,34 @@ class _VocabFacts:
                     continue
                 clean[i] = True
         self.clean = clean     # accept_piece of the whole piece succeeds iff the grammar's mask allows it
-        self._literal: dict[bytes, tuple[np.ndarray, list[np.ndarray]]] = {}
+        self._literal: OrderedDict[bytes, tuple[np.ndarray, list[np.ndarray]]] = OrderedDict()
         self._lock = threading.Lock()
+        self.max_piece = max((len(p) for p in self.pieces), default=0)
 
     def literal_index(self, lit: bytes) -> tuple[np.ndarray, list[np.ndarray]]:
         """Tokens containing ``lit``, and for each k in 1..len-1 the tokens starting with ``lit[k:]``."""
         with self._lock:
             got = self._literal.get(lit)
+            if got is not None:
+                self._literal.move_to_end(lit)
         if got is None:
             pieces = self.pieces
-            contains = np.fromiter((i for i, p in enumerate(pieces) if lit in p), dtype=np.int64)
-            starts = [np.zeros(0, dtype=np.int64)]
+            empty = np.zeros(0, dtype=np.int64)
+            contains = (np.fromiter((i for i, p in enumerate(pieces) if lit in p), dtype=np.int64)
+                        if len(lit) <= self.max_piece else empty)
+            starts = [empty]
             for k in range(1, len(lit)):
                 suffix = lit[k:]
+                if len(suffix) > self.max_piece:    # no piece is that long: none starts with it
+                    starts.append(empty)
+                    continue
                 starts.append(np.fromiter((i for i, p in enumerate(pieces) if p.startswith(suffix)),
                                           dtype=np.int64))
             got = (contains, starts)
             with self._lock:
                 self._literal[lit] = got
+                while len(self._literal) > LITERAL_CACHE:
+                    self._literal.popitem(last=False)
         return got
 
 
@@ -384,7 +398,8 @@ class LazyMatcher:
         contains, starts = self._facts.literal_index(lit)
         tail = bytes(self._buf[-(len(lit) - 1):]) if len(lit) > 1 else b""
         parts = [contains]
-        for k in range(1, len(lit)):
+        # starts[k] (pieces starting with lit[k:]) is empty while lit[k:] is longer than every piece
+        for k in range(max(1, len(lit) - self._facts.max_piece), len(lit)):
             if tail.endswith(lit[:k]):
                 parts.append(starts[k])
         return np.unique(np.concatenate(parts)) if len(parts) > 1 else contains

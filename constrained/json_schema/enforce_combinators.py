@@ -21,6 +21,10 @@ from .regex import (
     Unsupported,
 )
 
+#: enums with more values than this spell each number one way only (the alternative spellings' automata made a
+#: 5,000-value enum take minutes)
+MAX_SPELLED_VALUES = 64
+
 
 class CombinatorMixin:
     def apply_not(self, m: _Merged, sch: Any, path: str, allowed: set[str]) -> set[str]:
@@ -127,6 +131,11 @@ class CombinatorMixin:
     def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
         v = self.validator()
         lits = []
+        # the merge already kept only the values every sibling's own const/enum lists: validating them again
+        # against those lists is quadratic in the enum's size (jsonschema compares each value with every one)
+        checks = [({k: x for k, x in s.items() if k not in ("const", "enum")} if isinstance(s, dict) else s)
+                  for s, _p in m.subs]
+        validators = [v.evolve(schema=s) for s in checks] if v else []
         for val in m.values or []:
             t = _type_of(val)
             if t not in allowed and not (t == "integer" and "number" in allowed and not m.non_integer):
@@ -136,7 +145,7 @@ class CombinatorMixin:
                 continue
             if v:
                 try:
-                    ok = all(v.evolve(schema=s).is_valid(val) for s, _p in m.subs)
+                    ok = all(sv.is_valid(val) for sv in validators)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True
                     self.unenforced(path, "enum", "the values could not be checked against their siblings")
@@ -144,17 +153,19 @@ class CombinatorMixin:
                     continue
                 if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
                     continue
-            lits.append(self.value_rule(val))
+            lits.append(self.value_rule(val, plain=len(m.values or ()) > MAX_SPELLED_VALUES))
         if not lits:
             return None
         return "(" + " | ".join(f"( {x} )" for x in dict.fromkeys(lits)) + ")"
 
-    def value_rule(self, val: Any) -> str:
-        """The texts of a JSON value: any spelling of its numbers (1 = 1.0), the grammar's spaces, its key order."""
+    def value_rule(self, val: Any, plain: bool = False) -> str:
+        """The texts of a JSON value: any spelling of its numbers (1 = 1.0), the grammar's spaces, its key order.
+        ``plain`` (an enum above :data:`MAX_SPELLED_VALUES` values): each number in its own spelling only, which
+        keeps big enums linear."""
         if isinstance(val, bool) or val is None or isinstance(val, str):
             return _literal(val)
         if isinstance(val, (int, float)):
-            if len(repr(val)) > 24:
+            if plain or len(repr(val)) > 24:
                 return _literal(val)  # its own spelling only (the other spellings' automata grow with the digits)
             f = Fraction(val)
             try:
@@ -164,7 +175,8 @@ class CombinatorMixin:
             return "( " + (" | ".join(self.emit(d, "const-num") for d in dfas if not d.is_empty())
                            or _literal(val)) + " )"
         if isinstance(val, list):
-            inner = ' "," space '.join(self.value_rule(v) for v in val)
+            inner = ' "," space '.join(self.value_rule(v, plain) for v in val)
             return f'"[" space {inner} space "]"' if val else '"[" space "]"'
-        inner = ' "," space '.join(f'{_literal(k)} space ":" space ( {self.value_rule(v)} )' for k, v in val.items())
+        inner = ' "," space '.join(f'{_literal(k)} space ":" space ( {self.value_rule(v, plain)} )'
+                                   for k, v in val.items())
         return f'"{{" space {inner} space "}}"' if val else '"{" space "}"'

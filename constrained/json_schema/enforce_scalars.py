@@ -88,6 +88,9 @@ class ScalarMixin:
                     part = compile_pattern(spec)
                 d = part if d is None else intersect(d, part)
             except Unsupported as e:
+                if isinstance(spec, str) and _invalid_regex(spec):
+                    raise SchemaError(f"JSON schema error at {p}: pattern {spec!r} is not a valid regular "
+                                      f"expression: {e}", path=p) from None
                 self.unenforced(p, "pattern" if not isinstance(spec, tuple) else "not", f"{spec}: {e}")
         for fmt, p in m.formats:
             if fmt not in FORMATS:
@@ -122,3 +125,15 @@ class ScalarMixin:
         if d.is_empty():
             return None
         return f'"\\"" {self.emit(d, f"{name}-str")} "\\""'
+
+
+def _invalid_regex(spec: str) -> bool:
+    """True when ``spec`` is not a regular expression at all (unbalanced groups, a dangling quantifier): our
+    translator and Python's ``re`` both refuse it, as opposed to a valid construct we do not translate."""
+    import re
+
+    try:
+        re.compile(spec)
+    except (re.error, RecursionError, OverflowError):
+        return True
+    return False

@@ -24,13 +24,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
-from .bodies import error_response, json_response, read_body
+from .bodies import error_response, json_response, read_body, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
 from .results import gen_id
 from .state import ServerState
 from .task import TaskParams
+from .work import HEAVY_BYTES, offload
 
 __all__ = ["ServerState", "build_app"]
 
@@ -46,6 +47,8 @@ def build_app(state: ServerState) -> Starlette:
 
     # ------------------------------------------------------------------ simple endpoints
     async def health(request: Request) -> Response:
+        if not eng.alive():                   # the model thread ended: not healthy, whatever else still answers
+            return error_response(HttpError(f"the model thread stopped: {eng.fatal}", "unavailable_error"))
         return json_response({"status": "ok"})
 
     async def models(request: Request) -> Response:
@@ -137,14 +140,16 @@ def build_app(state: ServerState) -> Starlette:
                         headers={"Process-Start-Time-Unix": str(state.t_start)})
 
     async def tokenize(request: Request) -> Response:
-        data = await read_body(request)
+        data = await read_body(request, cfg.max_body)
         out: list[Any] = []
         if isinstance(data, dict) and "content" in data:
             add_special = data.get("add_special") is True
             parse_special = data.get("parse_special", True) is not False
             with_pieces = data.get("with_pieces") is True
             content = data["content"]
-            if isinstance(content, str):
+            if isinstance(content, str) and len(content) >= HEAVY_BYTES:
+                toks = await offload(eng.tokenize, content, add_special, parse_special)
+            elif isinstance(content, str):
                 toks = eng.tokenize(content, add_special, parse_special)
             elif isinstance(content, list):
                 toks = []
@@ -167,7 +172,7 @@ def build_app(state: ServerState) -> Starlette:
         return json_response({"tokens": out})
 
     async def detokenize(request: Request) -> Response:
-        data = await read_body(request)
+        data = await read_body(request, cfg.max_body)
         content = ""
         if isinstance(data, dict) and "tokens" in data:
             toks = [int(t) for t in data["tokens"] if isinstance(t, int) and 0 <= t < eng.n_vocab]
@@ -176,21 +181,27 @@ def build_app(state: ServerState) -> Starlette:
 
     async def chat_body(request: Request) -> dict[str, Any]:
         # oaicompat_chat_params_parse on the request body: the prompt and the completion fields of a chat request
-        data = await read_body(request)
-        if not isinstance(data, dict):
-            raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
-        return chat_params(dict(data), state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
-                           chat_template_kwargs=cfg.chat_template_kwargs, reasoning_format=cfg.reasoning_format)
+        data = await read_body(request, cfg.max_body)
+        if not isinstance(data, dict):            # body.contains("messages") is false for any non-object
+            raise HttpError("'messages' is required", "invalid_request_error")
+        msgs = data.get("messages")
+        if isinstance(msgs, list) and cfg.max_messages > 0 and len(msgs) > cfg.max_messages:
+            raise HttpError(f"too many messages: {len(msgs)} (the limit is {cfg.max_messages}, --max-messages)",
+                            "invalid_request_error")
+        heavy = len(getattr(request, "_body", b"")) >= HEAVY_BYTES or bool(data.get("tools"))
+        return await offload(chat_params, dict(data), state.templates, heavy=heavy, jinja=cfg.jinja,
+                             prefill_assistant=cfg.prefill_assistant, chat_template_kwargs=cfg.chat_template_kwargs,
+                             reasoning_format=cfg.reasoning_format)
 
     async def apply_template(request: Request) -> Response:
         return json_response({"prompt": (await chat_body(request))["prompt"]})
 
     # ------------------------------------------------------------------ completions
     async def completion(request: Request) -> Response:
-        return await run_completion(state, request, await read_body(request), "completion", None, log)
+        return await run_completion(state, request, await read_body(request, cfg.max_body), "completion", None, log)
 
     async def completions_oai(request: Request) -> Response:
-        return await run_completion(state, request, await read_body(request), "oai_cmpl", None, log)
+        return await run_completion(state, request, await read_body(request, cfg.max_body), "oai_cmpl", None, log)
 
     async def chat_completions(request: Request) -> Response:
         body = await chat_body(request)
@@ -198,7 +209,8 @@ def build_app(state: ServerState) -> Starlette:
 
     async def chat_input_tokens(request: Request) -> Response:
         # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
-        n = len(eng.tokenize_prompt((await chat_body(request))["prompt"]))
+        prompt = (await chat_body(request))["prompt"]
+        n = len(await offload(eng.tokenize_prompt, prompt, heavy=len(prompt) >= HEAVY_BYTES))
         return json_response({"input_tokens": n, "object": "response.input_tokens"})
 
     def not_supported(message: str) -> Any:
@@ -223,9 +235,9 @@ def build_app(state: ServerState) -> Starlette:
 
     async def lora_adapters(request: Request) -> Response:
         # no LoRA adapters are loaded (--lora is refused): GET lists none, POST sets the scales of none
-        if request.method == "GET":
+        if request.method in ("GET", "HEAD"):
             return json_response([])
-        data = await read_body(request)
+        data = await read_body(request, cfg.max_body)
         if not isinstance(data, list):
             raise HttpError("Request body must be an array", "invalid_request_error")
         return json_response({"success": True})
@@ -239,6 +251,9 @@ def build_app(state: ServerState) -> Starlette:
             try:
                 return await fn(request)
             except HttpError as e:
+                if e.status == 413:
+                    log(f"request {request.url.path} -> 413 (body larger than {cfg.max_body} bytes)")
+                    return too_large_response()
                 log(f"request {request.url.path} -> {e.status} ({e.message[:80]})")
                 return error_response(e)
             except Exception as e:  # noqa: BLE001 - ex_wrapper: any other failure is a 500 server_error

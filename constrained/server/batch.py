@@ -58,7 +58,11 @@ class BatchStep:
         # 2. pending prompt tokens
         for s in self.slots:
             if s.state == "started":
-                if not self._start_prompt(s):
+                try:
+                    if not self._start_prompt(s):
+                        continue
+                except Exception as e:  # noqa: BLE001 - iterate(): this slot alone fails
+                    self._slot_failed(s, e)
                     continue
             if s.state != "prompt" or n >= self.n_batch:
                 continue
@@ -122,7 +126,15 @@ class BatchStep:
                 s.t_prompt_done = t1
                 self.metrics["prompt_tokens_total"] += s.n_processed
                 self.metrics["prompt_seconds_total"] += t1 - s.t_start
-                self._init_sampler(s)
+                try:
+                    self._init_sampler(s)
+                except Exception as e:  # noqa: BLE001 - iterate(): this slot (and its children) alone fail
+                    for c in s.task.children:
+                        cs = next((x for x in self.slots if x.task is c), None)
+                        if cs is not None:
+                            self._slot_failed(cs, e)
+                    self._slot_failed(s, e)
+                    continue
                 s.state = "generating"
                 out_rows.append((s, s.i_batch))
                 for c in s.task.children:
@@ -136,7 +148,11 @@ class BatchStep:
                                       for cp in s.checkpoints]
                     cs.n_cached, cs.n_processed = s.n_cached, s.n_processed
                     cs.t_start, cs.t_prompt_done = s.t_start, t1
-                    self._init_sampler(cs)
+                    try:
+                        self._init_sampler(cs)
+                    except Exception as e:  # noqa: BLE001
+                        self._slot_failed(cs, e)
+                        continue
                     cs.state = "generating"
                     cs.i_batch = s.i_batch
                     out_rows.append((cs, s.i_batch))
@@ -144,7 +160,23 @@ class BatchStep:
         for s, row in out_rows:
             if s.task is None or s.state != "generating":
                 continue
-            self._sample(s, row, t1 - t0)
+            try:
+                self._sample(s, row, t1 - t0)
+            except Exception as e:  # noqa: BLE001 - iterate(): one slot's failure answers that slot alone
+                self._slot_failed(s, e)
+
+    def _slot_failed(self, s: Slot, e: BaseException) -> None:
+        """``iterate``'s catch: the slot's task answered ``500 got exception: <what>``, the slot released (a
+        :class:`~.errors.HttpError` raised on the way keeps its own status)."""
+        task = s.task
+        if task is not None:
+            err = e if isinstance(e, HttpError) else HttpError(f"got exception: {_what(e)}", "server_error")
+            try:
+                self._error(task, err)
+            finally:
+                self._release(s)
+        else:
+            s.state = "idle"
 
     def _state_get(self, seq: int) -> bytes:
         """The sliding-window part of a sequence (``update_tgt`` with ``LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY``)."""
@@ -211,6 +243,15 @@ class BatchStep:
                 "time_ms": int((time.perf_counter() - s.t_start) * 1000)}
         task.emit(Partial(task, TokenOut(0, b"", 0.0), s.n_decoded, len(task.tokens), s.n_cached,
                           timings=self._timings(s) if task.params.timings_per_token else None, progress=prog))
+
+
+def _what(e: BaseException) -> str:
+    """An exception's text for an error body (Python's bare recursion message named as what it is)."""
+    if isinstance(e, RecursionError):
+        return "nested too deeply (recursion limit reached)"
+    if isinstance(e, MemoryError):
+        return "out of memory"
+    return str(e) or type(e).__name__
 
 
 def _checkpoint_with_spans(cps: list[Checkpoint], start: int, end: int, n_prompt: int, user_starts: list[int],

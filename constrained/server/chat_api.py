@@ -73,8 +73,11 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out["stop"] = [stop] if isinstance(stop, str) else (stop if isinstance(stop, list) else [])
     json_schema = body.get("json_schema")
     grammar = _jv(body, "grammar", "", str)
+    # a string is a JSON value, not a schema: no grammar here; the /completion side refuses it (copied through)
+    chat_schema = None if isinstance(json_schema, str) else json_schema
     if json_schema is not None and grammar:
         raise _server("Cannot use both json_schema and grammar")
+    json_schema = chat_schema
     if "response_format" in body:
         rf = _jv(body, "response_format", {}, dict)
         rtype = _jv(rf, "type", "", str)

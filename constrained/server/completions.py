@@ -35,6 +35,7 @@ from .results import (
 from .slots import Final, Partial, Task
 from .state import ServerState
 from .task import prompt_inputs
+from .work import HEAVY_BYTES, offload
 
 __all__ = ["run_completion", "watch_disconnect"]
 
@@ -48,47 +49,67 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
     cfg = state.cfg
     eng = state.engine
     t0 = time.perf_counter()
-    if not isinstance(data, dict):
-        raise HttpError("[json.exception.type_error.306] cannot use value() with array", "server_error")
+    if not isinstance(data, dict):          # data.at("prompt") on a non-object (nlohmann's type name)
+        raise HttpError(f"[json.exception.type_error.304] cannot use at() with {_json_type(data)}",
+                        "invalid_request_error")
     chat = kind == "chat"
-    try:
-        if "prompt" not in data:
-            raise ValueError("[json.exception.out_of_range.403] key 'prompt' not found")
-        inputs = prompt_inputs(data["prompt"])
-        tasks: list[Task] = []
-        loop = asyncio.get_running_loop()
-        q: asyncio.Queue[Any] = asyncio.Queue()
+    loop = asyncio.get_running_loop()
+    q: asyncio.Queue[Any] = asyncio.Queue()
 
-        def emit(ev: Any) -> None:
+    def emit(ev: Any) -> None:
+        try:
             loop.call_soon_threadsafe(q.put_nowait, ev)
+        except RuntimeError:              # the loop is closed (shutdown): nobody is waiting any more
+            pass
 
-        params0 = None
-        delims = []
-        for d in data.get("message_delimiters") or []:
-            if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
-                delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
-        for i, p in enumerate(inputs):
-            toks = eng.tokenize_prompt(p)
-            params = state.task_params(data, chat)
-            if chat and not isinstance(data.get("_chat_format_name"), str):
-                params.chat_format = "Content-only"
-            params0 = params0 or params
-            n = params.n_cmpl
-            kids = []
-            for j in range(1, n):
-                cp = state.task_params(data, chat)
-                if cp.sampling.seed != 0xFFFFFFFF:
-                    cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
-                kids.append(Task(list(toks), cp, emit, index=i * n + j))
-            tasks.append(Task(toks, params, emit, index=i * n, children=kids))
-            if delims:
-                tasks[-1].user_starts = user_message_starts(toks, delims)
-                for k in kids:
-                    k.user_starts = tasks[-1].user_starts
-    except HttpError:
-        raise
-    except (ValueError, TypeError, OverflowError) as e:
-        raise HttpError(str(e), "invalid_request_error") from None
+    def build() -> tuple[list[Task], Any]:
+        # tokenization, the sampling parameters, json_schema -> grammar: per-request CPU work, off the loop when big
+        try:
+            if "prompt" not in data:
+                raise ValueError("[json.exception.out_of_range.403] key 'prompt' not found")
+            inputs = prompt_inputs(data["prompt"])
+            br = data.get("dry_sequence_breakers")
+            if isinstance(br, list) and cfg.max_dry_breakers > 0 and len(br) > cfg.max_dry_breakers:
+                raise HttpError(f"Field 'dry_sequence_breakers': too many sequence breakers: {len(br)} (the limit "
+                                f"is {cfg.max_dry_breakers})", "invalid_request_error")
+            tasks: list[Task] = []
+            params0 = None
+            delims = []
+            for d in data.get("message_delimiters") or []:
+                if isinstance(d, dict) and isinstance(d.get("delimiter"), str) and d["delimiter"]:
+                    delims.append((str(d.get("role")), eng.tokenize(d["delimiter"], False, True)))
+            for i, p in enumerate(inputs):
+                toks = eng.tokenize_prompt(p, refuse_from=eng.n_ctx_slot)
+                params = state.task_params(data, chat)
+                if chat and not isinstance(data.get("_chat_format_name"), str):
+                    params.chat_format = "Content-only"
+                if params0 is None:
+                    try:
+                        _warm_breakers(eng, params.sampling)
+                    except Exception:  # noqa: BLE001 - the model thread builds (and reports) it then
+                        pass
+                params0 = params0 or params
+                n = params.n_cmpl
+                kids = []
+                for j in range(1, n):
+                    cp = state.task_params(data, chat)
+                    if cp.sampling.seed != 0xFFFFFFFF:
+                        cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
+                    kids.append(Task(list(toks), cp, emit, index=i * n + j))
+                tasks.append(Task(toks, params, emit, index=i * n, children=kids))
+                if delims:
+                    tasks[-1].user_starts = user_message_starts(toks, delims)
+                    for k in kids:
+                        k.user_starts = tasks[-1].user_starts
+        except HttpError:
+            raise
+        except RecursionError:
+            raise HttpError("request nested too deeply", "invalid_request_error") from None
+        except (ValueError, TypeError, OverflowError) as e:
+            raise HttpError(str(e), "invalid_request_error") from None
+        return tasks, params0
+
+    tasks, params0 = await offload(build, heavy=_heavy(request, data))
     all_tasks = [t for task in tasks for t in (task, *task.children)]
     stream = params0.stream if params0 else False
     cmpl_id = gen_id()
@@ -192,7 +213,10 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                 if isinstance(ev, HttpError):
                     yield sse({"error": ev.body()["error"]})
                     return
-                chunk = encode(ev)
+                # a chat reply's parser re-reads the reply so far: past PARSE_INLINE characters, off the loop
+                big = chat and parser_factory is not None and isinstance(ev, (Partial, Final)) and \
+                    len(getattr(parsers.get(ev.task.index), "text", "")) >= PARSE_INLINE
+                chunk = await offload(encode, ev, heavy=big, pool="parse")
                 if chunk:
                     yield chunk
                 if isinstance(ev, Final):
@@ -212,6 +236,39 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
             cancel()
 
     return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+
+#: a streamed chat reply longer than this is parsed in the "parse" worker pool
+PARSE_INLINE = 2048
+
+
+def _warm_breakers(eng: Any, sp: Any) -> None:
+    """DRY's breaker table built here (a worker thread) rather than on the model thread, which then finds it
+    in the cache (``sampler.dry.process_breakers``)."""
+    if sp.dry_multiplier != 0.0 and sp.dry_base >= 1.0 and sp.dry_penalty_last_n != 0 and "dry" in sp.samplers:
+        from sampler.dry import process_breakers
+
+        process_breakers(eng.vocab, sp.dry_sequence_breakers)
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(v), "object")
+
+
+def _heavy(request: Request, data: dict[str, Any]) -> bool:
+    """Whether a request's set-up is worth a worker thread: a big body or prompt, a schema or a grammar."""
+    if len(getattr(request, "_body", b"") or b"") >= HEAVY_BYTES:
+        return True
+    p = data.get("prompt")
+    if isinstance(p, str) and len(p) >= HEAVY_BYTES or isinstance(p, list) and len(p) >= HEAVY_BYTES // 8:
+        return True
+    return bool(data.get("json_schema") or data.get("grammar") or data.get("dry_sequence_breakers"))
 
 
 async def watch_disconnect(request: Request) -> None:

@@ -138,6 +138,7 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self._deferred: list[Task] = []
         self._thread: threading.Thread | None = None
         self._stop = False
+        self.fatal = ""                       # why the model thread ended, if it did
         self._tick = 0
         self.metrics = {"prompt_tokens_total": 0, "prompt_tokens_cached_total": 0, "prompt_seconds_total": 0.0,
                         "tokens_predicted_total": 0, "tokens_predicted_seconds_total": 0.0, "n_decode_total": 0,
@@ -176,9 +177,34 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                 return buf.raw[:n]
             cap = -n
 
-    def tokenize_prompt(self, p: Any) -> list[int]:
-        """``tokenize_mixed`` with add_special and parse_special (a string, token ids, or both mixed)."""
+    def count_tokens(self, text: bytes, add_special: bool, parse_special: bool) -> int:
+        """How many tokens ``text`` is, tokenized into a numpy buffer (no Python list of a huge prompt)."""
+        import numpy as np
+
+        cap = len(text) + 8
+        while True:
+            buf = np.empty(cap, dtype=np.int32)
+            ptr = buf.ctypes.data_as(ctypes.POINTER(L.llama_token))
+            k = L.llama_tokenize(self.vocab_ptr, text, len(text), ptr, cap, add_special, parse_special)
+            if k >= 0:
+                return int(k)
+            if k == -2147483648 or -k <= cap:
+                raise ConstrainedError(f"llama_tokenize failed ({k})")
+            cap = -k
+
+    def tokenize_prompt(self, p: Any, refuse_from: int = 0) -> list[int]:
+        """``tokenize_mixed`` with add_special and parse_special (a string, token ids, or both mixed).
+        ``refuse_from`` > 0: a string prompt of at least that many tokens is refused with llama-server's
+        ``exceed_context_size_error`` before its token list is built (a 50 MB prompt costs its count only)."""
         if isinstance(p, str):
+            if refuse_from > 0 and len(p) + 2 >= refuse_from // 4:
+                b = p.encode("utf-8")
+                if len(b) + 2 >= refuse_from:
+                    n = self.count_tokens(b, True, True)
+                    if n >= refuse_from:
+                        raise HttpError(f"request ({n} tokens) exceeds the available context size ({refuse_from} "
+                                        "tokens), try increasing it", "exceed_context_size_error",
+                                        n_prompt_tokens=n, n_ctx=refuse_from)
             return self.tokenize(p, True, True)
         out: list[int] = []
         first = True
@@ -195,20 +221,56 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self._thread = threading.Thread(target=self._run, name="constrained-model", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop the model thread: every running and waiting task cancelled, the thread joined (``timeout``
+        seconds at most: it is a daemon, so a step still running cannot keep the process alive)."""
         self._stop = True
+        for s in self.slots:
+            if s.task is not None:
+                s.task.cancel()
+        for t in list(self._deferred):
+            t.cancel()
         self._queue.put(None)
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=timeout)
 
     def submit(self, task: Task) -> None:
+        if not self.alive():                  # nobody would answer it: 503 at once
+            task.emit(HttpError(f"the model thread stopped: {self.fatal}", "unavailable_error"))
+            return
         self._queue.put(task)
 
     def busy(self) -> bool:
         return any(s.state != "idle" for s in self.slots)
 
     # ------------------------------------------------------------------ the loop
+    def alive(self) -> bool:
+        """False once the model thread has ended without being stopped (``/health`` then answers 503)."""
+        return self._thread is None or self._thread.is_alive() or self._stop
+
     def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException as e:  # noqa: BLE001 - never silently: every waiting task is answered
+            import traceback
+
+            traceback.print_exc()
+            self.fatal = f"{type(e).__name__}: {e}"
+            err = HttpError(f"the model thread stopped: {self.fatal}", "server_error")
+            for s in self.slots:
+                if s.task is not None:
+                    s.task.emit(err)
+            for t in self._deferred:
+                t.emit(err)
+            while True:
+                try:
+                    t = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if t is not None:
+                    t.emit(err)
+
+    def _loop(self) -> None:
         while not self._stop:
             active = any(s.state != "idle" for s in self.slots)
             try:
@@ -228,7 +290,15 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                         break
                     if more is not None:
                         self._deferred.append(more)
-            self._launch_pending()
+            try:
+                self._launch_pending()
+            except Exception as e:  # noqa: BLE001 - a failure outside every task's guard: the waiting tasks answered
+                import traceback
+
+                traceback.print_exc()
+                for t in self._deferred:
+                    self._error(t, HttpError(f"got exception: {type(e).__name__}: {e}", "server_error"))
+                self._deferred = []
             if any(s.state != "idle" for s in self.slots):
                 try:
                     self._step()

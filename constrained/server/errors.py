@@ -22,6 +22,7 @@ ERROR_STATUS: dict[str, int] = {
     "not_supported_error": 501,
     "unavailable_error": 503,
     "exceed_context_size_error": 400,
+    "payload_too_large": 413,              # httplib's own answer (no body): see bodies.too_large_response
 }
 
 

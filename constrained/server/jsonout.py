@@ -39,7 +39,10 @@ def dumps(obj: Any) -> bytes:
         text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except ValueError:
         text = json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.encode("utf-8", "replace")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:       # lone surrogates (a "\\ud800" escape in model text): U+FFFD, as nlohmann's
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8")
 
 
 def sse(obj: Any) -> bytes:

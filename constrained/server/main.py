@@ -77,9 +77,12 @@ def serve(argv: Sequence[str]) -> int:
         if x == "--tags" and i + 1 < len(argv):
             tags = [t for t in argv[i + 1].split(",") if t]
     try:
+        argv, limits = split_limit_flags(argv)
         a = parse_server_args(argv)
         cfg = config_from_args(a)
         cfg.tags = tags
+        for k, v in limits.items():
+            setattr(cfg, k, v)
     except (FlagError, ConstrainedError, ValueError) as e:
         print(f"constrained serve: {e}", file=sys.stderr)
         return 2
@@ -102,8 +105,10 @@ def serve(argv: Sequence[str]) -> int:
     hosts = [h for h in a.host.split(",") if h]
     progress(f"listening on http://{hosts[0]}:{a.port}")
     if len(hosts) == 1:
+        # SIGTERM / SIGINT: stop accepting, give in-flight requests GRACE_S seconds, then cancel them
         uvicorn.run(app, host=hosts[0], port=a.port, log_level="warning", access_log=False,
-                    timeout_keep_alive=a.timeout, server_header=False, date_header=True)
+                    timeout_keep_alive=a.timeout, server_header=False, date_header=True,
+                    timeout_graceful_shutdown=GRACE_S)
     else:
         import asyncio
         import socket
@@ -115,10 +120,55 @@ def serve(argv: Sequence[str]) -> int:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((h, a.port))
             socks.append(s)
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False))
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
+                                               timeout_graceful_shutdown=GRACE_S))
         asyncio.run(server.serve(sockets=socks))
     state.engine.stop()
     return 0
+
+
+#: seconds in-flight requests get to finish after SIGTERM before they are cancelled
+GRACE_S = 2
+
+# our flags (llama-server has no such limits): flag -> (ServerConfig field, minimum)
+LIMIT_FLAGS = {"--max-body-size": ("max_body", 0), "--max-messages": ("max_messages", 0),
+               "--max-dry-breakers": ("max_dry_breakers", 0)}
+
+
+def split_limit_flags(argv: list[str]) -> tuple[list[str], dict[str, int]]:
+    """``argv`` without our limit flags (``--max-body-size BYTES``, ``--max-messages N``, ``--max-dry-breakers N``;
+    0 turns a limit off), and their values by :class:`ServerConfig` field.
+
+    Example:
+        >>> split_limit_flags(["-np", "2", "--max-body-size", "1000"])
+        (['-np', '2'], {'max_body': 1000})
+    """
+    out: list[str] = []
+    vals: dict[str, int] = {}
+    i = 0
+    while i < len(argv):
+        x = argv[i]
+        name, _, inline = x.partition("=")
+        if name in LIMIT_FLAGS:
+            if inline:
+                raw = inline
+            elif i + 1 < len(argv):
+                i += 1
+                raw = argv[i]
+            else:
+                raise FlagError(f"error: {name} expects a value")
+            try:
+                v = int(raw)
+            except ValueError:
+                raise FlagError(f"error: {name} expects an integer, got '{raw}'") from None
+            field, lo = LIMIT_FLAGS[name]
+            if v < lo:
+                raise FlagError(f"error: {name} must be >= {lo}")
+            vals[field] = v
+        else:
+            out.append(x)
+        i += 1
+    return out, vals
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -50,13 +50,16 @@ class SlotScheduler:
         # slot taken by LRU, or about to keep under half of its context, goes through the prompt cache
         ret = None
         update_cache = False
-        if task.params.id_slot != -1:
-            req = [s for s in self.slots if s.id == task.params.id_slot]
+        want = task.params.id_slot
+        if want != -1:
+            # get_slot_by_id: out-of-range ids wrap around (``id_slot % slots.size()``, the int converted to
+            # size_t, so a negative id wraps from 2^64); the similarity pass below still compares the raw id
+            req = [s for s in self.slots if s.id == slot_by_id(want, len(self.slots))]
             if not req or req[0].state != "idle" or req[0].id in taken:
                 return None
             ret = req[0]
         free = [s for s in self.slots if s.state == "idle" and s.id not in taken
-                and (task.params.id_slot == -1 or s.id == task.params.id_slot)]
+                and (want == -1 or s.id == want)]
         if self.cfg.slot_prompt_similarity != 0.0:
             best = np.float32(0.0)
             sim_ret = None
@@ -117,27 +120,51 @@ class SlotScheduler:
         for task in self._deferred:
             if task.cancelled:
                 continue
-            group = [task, *task.children]
-            parent = self._pick_slot(task, set())
-            if parent is None:
-                still.append(task)
-                continue
-            # get_free_slots: the children take the first free slots by id, the parent's excluded
-            kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
-            if len(kids) < len(task.children):
-                still.append(task)
-                continue
-            chosen = [parent, *kids]
-            ok = all([self._launch(s, t) for t, s in zip(group, chosen, strict=True)])
-            if ok and self.prompt_cache is not None and self.cfg.cache_idle_slots:
-                for s in self.slots:                 # the idle slots saved (and cleared when unified)
-                    if s.state == "idle":
-                        if self._prompt_save(s):
-                            self.prompt_cache.update()
-                        if self.kv_unified:
-                            self._prompt_clear(s)
+            try:
+                if not self._launch_task(task):
+                    still.append(task)
+            except Exception as e:  # noqa: BLE001 - one task's failure (slot choice, prompt cache) is its own
+                for t in (task, *task.children):
+                    for s in self.slots:
+                        if s.task is t:
+                            self._release(s)
+                    self._error(t, HttpError(f"got exception: {str(e) or type(e).__name__}", "server_error"))
         self._deferred = still
         self.metrics["requests_deferred"] = len(still)
+
+    def _launch_task(self, task: Task) -> bool:
+        """One deferred task (and its children) onto slots; False when it must wait."""
+        group = [task, *task.children]
+        parent = self._pick_slot(task, set())
+        if parent is None:
+            return False
+        # get_free_slots: the children take the first free slots by id, the parent's excluded
+        kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
+        if len(kids) < len(task.children):
+            return False
+        chosen = [parent, *kids]
+        ok = all([self._launch_guarded(s, t) for t, s in zip(group, chosen, strict=True)])
+        if ok and self.prompt_cache is not None and self.cfg.cache_idle_slots:
+            for s in self.slots:                 # the idle slots saved (and cleared when unified)
+                if s.state == "idle":
+                    if self._prompt_save(s):
+                        self.prompt_cache.update()
+                    if self.kv_unified:
+                        self._prompt_clear(s)
+        return True
+
+    def _launch_guarded(self, slot: Slot, task: Task) -> bool:
+        """:meth:`_launch`, with any failure left (a bug, or a failure outside the sampler's set-up) answering
+        this task alone with a 500 and leaving its slot idle."""
+        try:
+            return self._launch(slot, task)
+        except Exception as e:  # noqa: BLE001
+            if slot.task is task:
+                self._release(slot)
+            else:
+                slot.state = "idle"
+            self._error(task, HttpError(f"got exception: {str(e) or type(e).__name__}", "server_error"))
+            return False
 
     def _launch(self, slot: Slot, task: Task) -> bool:
         # launch_slot_with_task: token ids checked, samplers (and grammar) built
@@ -163,6 +190,11 @@ class SlotScheduler:
             return False
         except ValueError as e:
             self._error(task, HttpError(f"Failed to initialize samplers: {e}", "invalid_request_error"))
+            return False
+        except Exception as e:  # noqa: BLE001 - common_sampler_init's catch: any failure answers this task alone
+            what = ("nested too deeply (recursion limit reached)" if isinstance(e, RecursionError) else
+                    "out of memory" if isinstance(e, MemoryError) else str(e) or type(e).__name__)
+            self._error(task, HttpError(f"Failed to initialize samplers: {what}", "server_error"))
             return False
         slot.task = task
         slot.state = "wait_other" if task.parent is not None else "started"
@@ -210,6 +242,16 @@ class SlotScheduler:
 
     def _error(self, task: Task, err: HttpError) -> None:
         task.emit(err)
+
+
+def slot_by_id(id_slot: int, n_slots: int) -> int:
+    """``get_slot_by_id``'s index: ``id_slot % slots.size()`` with the int converted to ``size_t`` first.
+
+    Example:
+        >>> slot_by_id(99, 4), slot_by_id(-5, 4), slot_by_id(-5, 3), slot_by_id(2, 4)
+        (3, 3, 2, 2)
+    """
+    return (id_slot % (1 << 64)) % n_slots
 
 
 def _trigger_args(triggers: list[dict[str, Any]]) -> tuple[list[str], list[int]]:

@@ -41,6 +41,9 @@ class ServerConfig:
     verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
     reasoning_format: str = "auto"               # --reasoning-format (a request's own field wins)
     build_info: str = "b0-unknown"
+    max_body: int = 100 * 1024 * 1024           # --max-body-size: httplib's payload limit (0: none); above, 413
+    max_messages: int = 65536                   # --max-messages: a chat body with more is refused (400)
+    max_dry_breakers: int = 128                 # dry_sequence_breakers longer than this are refused (400)
 
 
 class ServerState:

@@ -44,6 +44,19 @@ def _field(name: str, fn: Any) -> Any:
         raise _FieldError(f"Field '{name}': {e}") from None
 
 
+def _int32(v: Any, default: int) -> int:
+    """``json_value<int>``: nlohmann's ``get<int>`` (a ``static_cast`` of any number or boolean: the low 32 bits,
+    a float truncated first); null or another type gives the default."""
+    if isinstance(v, float):
+        if v != v or v in (float("inf"), float("-inf")):
+            return default
+        v = int(v)
+    if not isinstance(v, int):
+        return default
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= 1 << 31 else v
+
+
 def _bool(d: dict[str, Any], n: str, default: bool) -> bool:
     if not _has(d, n):
         return default
@@ -168,8 +181,7 @@ class TaskParams:
                 raise ValueError("Field 'grammar_triggers': Error: no triggers set for lazy grammar!")
         if isinstance(data.get("_chat_format_name"), str):      # set by the chat endpoint (jinja)
             t.chat_format = data["_chat_format_name"]
-        v = data.get("id_slot")
-        t.id_slot = v if isinstance(v, int) and not isinstance(v, bool) else -1
+        t.id_slot = _int32(data.get("id_slot"), -1)
         return t
 
     # ------------------------------------------------------------------ generation_settings
@@ -250,6 +262,9 @@ def _grammar_field(t: TaskParams, data: dict[str, Any]) -> None:
         schema = data.get("json_schema")
         if schema is None:
             schema = {}
+        if isinstance(schema, (str, bytes)):     # a JSON string value, not a schema (the Python API parses text)
+            raise ValueError('"json_schema": JSON schema conversion failed:\nJSON schema error at #: schema must be '
+                             "an object")
         try:
             t.grammar = convert_json_schema(server_json_schema(schema)).gbnf
         except Exception as e:  # noqa: BLE001 - any conversion failure is the field's error
