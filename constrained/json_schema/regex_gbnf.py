@@ -83,6 +83,7 @@ def _dfa_rules(d: DFA) -> list[str]:
     return lines
 
 
+_GBNF_MAX_REPEAT = 2000            # llama.cpp's MAX_REPETITION_THRESHOLD
 _NOTHING = "[^\\x00-\\U0010FFFF]"   # a class no character is in: a rule that matches nothing
 
 
@@ -93,6 +94,8 @@ def _tree_rules(ast: tuple) -> list[str]:
         items.pop(0)
     while items and items[-1][0] == "eol":
         items.pop()
+
+    helpers: list[str] = []
 
     def expr(node: tuple) -> str:
         kind = node[0]
@@ -106,9 +109,23 @@ def _tree_rules(ast: tuple) -> list[str]:
             return "(" + " | ".join(expr(b) for b in node[1]) + ")"
         _rep, inner, lo, hi = node
         body = expr(inner)
-        return f"{body}{{{lo},{'' if hi is None else hi}}}"
+        if lo <= _GBNF_MAX_REPEAT and (hi is None or hi <= _GBNF_MAX_REPEAT):
+            return f"{body}{{{lo},{'' if hi is None else hi}}}"
+        # llama.cpp reads a bound above 2000 as "no bound" (and refuses a minimum above it): spell it out
+        k = len(helpers)
+        item = f"rep{k}-x"
+        helpers.append(f"{item} ::= {body}")
+        parts = [item] * lo
+        if hi is None:
+            parts.append(f"{item}*")
+        elif hi > lo:
+            for j in range(1, hi - lo + 1):
+                helpers.append(f"rep{k}-o{j} ::= {item} {f'rep{k}-o{j - 1}' if j > 1 else chr(34) * 2} | " + chr(34) * 2)
+            parts.append(f"rep{k}-o{hi - lo}")
+        return "(" + " ".join(parts) + ")" if parts else '""'
 
-    return [f"root ::= {' '.join(expr(x) for x in items) if items else chr(34) * 2}"]
+    root = f"root ::= {' '.join(expr(x) for x in items) if items else chr(34) * 2}"
+    return [root, *helpers]
 
 
 @functools.lru_cache(maxsize=256)
