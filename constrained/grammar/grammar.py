@@ -48,6 +48,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Grammar", "format_gbnf"]
 
+_BUILDERS: dict[str, Any] = {}
+"""Constructors that need a subclass of :class:`Grammar` (``structural_tag``: registered by
+:mod:`constrained.grammar.lazy_grammar`, which the package imports)."""
+
 _T = ElementType
 
 
@@ -234,16 +238,7 @@ class Grammar:
             GrammarSyntaxError: a malformed structural tag (a begin that starts with no trigger, ...).
             SchemaError: a schema the converter refuses.
         """
-        from .kinds import parse_structural_tag, structural_tag_gbnf
-        from .lazy_grammar import lazy_grammar
-        from .lazy_regex import regex_escape
-
-        st = parse_structural_tag(structural_tag, triggers)
-        lazy = not st.at_least_one
-        grammar = cls.from_gbnf(structural_tag_gbnf(st, lazy=lazy, enforce=enforce))
-        if not lazy:
-            return grammar
-        return lazy_grammar(grammar, [regex_escape(t) for t in st.triggers])
+        return _BUILDERS["structural_tag"](cls, structural_tag, triggers, enforce)
 
     # ------------------------------------------------------------------------------------------ views
 

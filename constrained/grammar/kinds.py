@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -245,23 +245,17 @@ def _free_text(triggers: tuple[str, ...], name: str, after: Mapping[str, str], c
     return lines
 
 
-def _json_rules(schema: Any, prefix: str, enforce: str) -> tuple[str, list[str]]:
-    from .grammar import Grammar, format_gbnf
-
-    g = Grammar.from_json_schema(schema, enforce=enforce)
-    names = tuple(f"{prefix}{n}" for n in g.rule_names)
-    text = format_gbnf(g.rules, names, g.token_texts)
-    root = names[g.root_id].replace("_", "-")
-    return root, text.splitlines()
+JsonRules = Callable[[Any, str], tuple[str, list[str]]]
+"""``(schema, prefix) -> (start rule, GBNF lines)``: a schema's rules with every name prefixed."""
 
 
-def structural_tag_gbnf(st: StructuralTag, *, lazy: bool, enforce: str = "llama.cpp") -> str:
+def structural_tag_gbnf(st: StructuralTag, *, lazy: bool, json_rules: JsonRules) -> str:
     """The GBNF for ``st``: with ``lazy``, ``root`` starts at the first trigger (the waiting phase is the lazy
-    grammar's); without, ``root`` is the whole output."""
+    grammar's); without, ``root`` is the whole output. ``json_rules`` writes each tag's schema."""
     lines: list[str] = []
     content = []
     for i, tag in enumerate(st.tags):
-        root, rules = _json_rules(tag.schema, f"tag{i}-", enforce)
+        root, rules = json_rules(tag.schema, f"tag{i}-")
         lines += rules
         content.append(root)
     tail = "" if st.stop_after_first else " post-0"

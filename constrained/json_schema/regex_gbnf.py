@@ -26,12 +26,12 @@ import functools
 
 from ..errors import GrammarSyntaxError
 from .regex import (
+    _NFA,
     BOL,
     DFA,
     EOL,
     Unsupported,
     _determinise,
-    _NFA,
     _Parser,
     gbnf_class,
     minimise,
