@@ -161,6 +161,15 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
             from ..grammar.tokenindex import vocab_index
 
             vocab_index(self._vocab)     # under its lock: a grammar compiled meanwhile waits instead of building twice
+            try:                         # first use of the converter, the GBNF parser and the mask kernels
+                from ..grammar import Grammar
+
+                m = Grammar.from_json_schema({"type": "object"}).matcher(self._vocab)
+                m.mask()
+                m.accept_token(int(m.mask().argmax()))
+                m.mask()
+            except Exception:  # noqa: BLE001, S110 - a warm-up only; the request that needs it reports errors
+                pass
             import gc
 
             gc.freeze()                  # as freeze_loaded_heap: the tables join the collector's permanent generation
