@@ -19,6 +19,7 @@ schema front end, which produces GBNF text) and the bundled grammars; nothing ab
 
 from __future__ import annotations
 
+from . import lazy_grammar as _lazy_grammar  # noqa: E402, F401 - registers Grammar.from_structural_tag
 from .grammar import Grammar
 from .matcher import CompiledGrammar, GrammarMatcher, compile_grammar
 

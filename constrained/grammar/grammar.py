@@ -48,6 +48,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["Grammar", "format_gbnf"]
 
+_BUILDERS: dict[str, Any] = {}
+"""Constructors that need a subclass of :class:`Grammar` (``structural_tag``: registered by
+:mod:`constrained.grammar.lazy_grammar`, which the package imports)."""
+
 _T = ElementType
 
 
@@ -179,6 +183,62 @@ class Grammar:
             raise SchemaError(f"JSON schema error at {where}: llama.cpp cannot load the grammar it builds for this "
                               f"schema: {e}", path=where) from e
         return dataclasses.replace(grammar, unenforced=result.unenforced)
+
+    @classmethod
+    def from_regex(cls, pattern: str, *, limits: GbnfLimits = DEFAULT_LIMITS) -> Grammar:
+        """The texts ``pattern`` matches whole (vLLM's ``regex``, xgrammar's ``Grammar.from_regex``).
+
+        The pattern is ECMA-262 as a JSON Schema ``pattern`` reads it (see
+        :mod:`constrained.json_schema.regex_gbnf`), anchored at both ends; ``.`` excludes line terminators.
+
+        >>> g = Grammar.from_regex(r"[0-9]{3}-[a-z]+")
+        >>> print(g.to_gbnf().splitlines()[0])
+        root ::= [0-9] root-s1
+
+        Raises:
+            GrammarSyntaxError: a pattern outside the supported syntax (lookarounds, back-references, word
+                boundaries, ...), or one that matches nothing.
+        """
+        from ..json_schema.regex_gbnf import regex_to_gbnf
+
+        return cls.from_gbnf(regex_to_gbnf(pattern), limits=limits)
+
+    @classmethod
+    def from_choice(cls, choices: Sequence[str]) -> Grammar:
+        """Exactly one of ``choices`` (vLLM's ``choice``).
+
+        >>> print(Grammar.from_choice(["yes", "no"]), end="")
+        root ::= "yes" | "no"
+
+        Raises:
+            GrammarSyntaxError: no choices, or one that is not a string.
+        """
+        from .kinds import choice_gbnf
+
+        return cls.from_gbnf(choice_gbnf(choices))
+
+    @classmethod
+    def from_structural_tag(cls, structural_tag: Any, triggers: Sequence[str] | None = None, *,
+                            enforce: str = "llama.cpp") -> Grammar:
+        """xgrammar's structural tags: free text until a trigger, then a tag's ``begin``, JSON per its schema and
+        its ``end``, then free text again (see :mod:`constrained.grammar.kinds` for the semantics).
+
+        ``structural_tag`` is vLLM's ``{"structures": [{"begin", "schema", "end"}...], "triggers": [...]}`` (a
+        dict or its JSON text), a list of structures with ``triggers`` (xgrammar's legacy
+        ``from_structural_tag(tags, triggers)``), or xgrammar's ``{"type": "structural_tag", "format":
+        {"type": "triggered_tags", ...}}`` with ``json_schema`` contents. Without ``at_least_one`` the result is a
+        :class:`~constrained.grammar.lazy_grammar.LazyGrammar` (unconstrained until the first trigger).
+
+        >>> g = Grammar.from_structural_tag([{"begin": "<f>", "schema": {"type": "integer"}, "end": "</f>"}],
+        ...                                 ["<f"])
+        >>> type(g).__name__, g.trigger_patterns
+        ('LazyGrammar', ('<f',))
+
+        Raises:
+            GrammarSyntaxError: a malformed structural tag (a begin that starts with no trigger, ...).
+            SchemaError: a schema the converter refuses.
+        """
+        return _BUILDERS["structural_tag"](cls, structural_tag, triggers, enforce)
 
     # ------------------------------------------------------------------------------------------ views
 

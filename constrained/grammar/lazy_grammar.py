@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..vocab import Vocabulary
-from .grammar import Grammar
+from . import grammar as _grammar_module
+from .grammar import Grammar, format_gbnf
+from .kinds import parse_structural_tag, structural_tag_gbnf
 from .lazy import LazyMatcher
-from .lazy_regex import TriggerPattern
+from .lazy_regex import TriggerPattern, regex_escape
 from .matcher import compile_grammar
 
 __all__ = ["LazyGrammar", "lazy_grammar"]
@@ -60,3 +63,22 @@ def lazy_grammar(grammar: Grammar | str, trigger_patterns: Sequence[str] = (),
     values = {f.name: getattr(grammar, f.name) for f in dataclasses.fields(Grammar)}
     return LazyGrammar(**values, trigger_patterns=tuple(trigger_patterns),
                        trigger_tokens=tuple(int(t) for t in trigger_tokens))
+
+
+def _structural_tag_grammar(cls: type[Grammar], spec: Any, triggers: Sequence[str] | None, enforce: str) -> Grammar:
+    """:meth:`Grammar.from_structural_tag`: lazy until the first trigger unless ``at_least_one``."""
+
+    def json_rules(schema: Any, prefix: str) -> tuple[str, list[str]]:
+        g = cls.from_json_schema(schema, enforce=enforce)
+        names = tuple(f"{prefix}{n}" for n in g.rule_names)
+        return names[g.root_id].replace("_", "-"), format_gbnf(g.rules, names, g.token_texts).splitlines()
+
+    st = parse_structural_tag(spec, triggers)
+    lazy = not st.at_least_one
+    grammar = cls.from_gbnf(structural_tag_gbnf(st, lazy=lazy, json_rules=json_rules))
+    if not lazy:
+        return grammar
+    return lazy_grammar(grammar, [regex_escape(t) for t in st.triggers])
+
+
+_grammar_module._BUILDERS["structural_tag"] = _structural_tag_grammar

@@ -27,15 +27,17 @@ import numpy as np
 from ..errors import ConstrainedError, GrammarRejectedToken
 from ..grammar import Grammar
 from ..grammar.bitmask import fill_next_token_bitmask, pack_mask
-from ..grammar.matcher import compile_grammar
 from ..vocab import Vocabulary
 
 __all__ = ["GrammarRejectedToken", "SequenceConstraint", "grammar_from_spec"]
 
 
 def grammar_from_spec(spec: Any = None, *, gbnf: str | bytes | None = None, json_schema: Any = None,
-                      name: str | None = None, enforce: str = "llama.cpp") -> Grammar:
-    """A :class:`Grammar` from GBNF text, a JSON schema (dict, or its JSON text), or a bundled grammar's name.
+                      name: str | None = None, regex: str | None = None, choice: Sequence[str] | None = None,
+                      structural_tag: Any = None, enforce: str = "llama.cpp") -> Grammar:
+    """A :class:`Grammar` from GBNF text, a JSON schema (dict, or its JSON text), a bundled grammar's name, a
+    whole-text regex (:meth:`Grammar.from_regex`), a list of choices (:meth:`Grammar.from_choice`) or a structural
+    tag (:meth:`Grammar.from_structural_tag`, a dict or its JSON text).
 
     ``spec`` alone is guessed: a ``Grammar`` is returned as is, a dict is a JSON schema, text containing ``::=`` is
     GBNF, other text is parsed as a JSON schema. ``enforce`` is passed to :meth:`Grammar.from_json_schema`.
@@ -50,9 +52,18 @@ def grammar_from_spec(spec: Any = None, *, gbnf: str | bytes | None = None, json
     """
     import json
 
-    given = [x is not None for x in (spec, gbnf, json_schema, name)]
+    given = [x is not None for x in (spec, gbnf, json_schema, name, regex, choice, structural_tag)]
     if sum(given) != 1:
-        raise ConstrainedError("give exactly one of a grammar spec, gbnf=, json_schema= or name=")
+        raise ConstrainedError("give exactly one of a grammar spec, gbnf=, json_schema=, name=, regex=, choice= "
+                               "or structural_tag=")
+    if regex is not None:
+        return Grammar.from_regex(regex)
+    if choice is not None:
+        if isinstance(choice, (str, bytes)):
+            choice = json.loads(choice)
+        return Grammar.from_choice(list(choice) if isinstance(choice, (list, tuple)) else choice)
+    if structural_tag is not None:
+        return Grammar.from_structural_tag(structural_tag, enforce=enforce)
     if name is not None:
         return Grammar.from_name(name)
     if gbnf is not None:
@@ -85,14 +96,23 @@ class SequenceConstraint:
         vocab: the model's vocabulary as llama.cpp sees it (:meth:`Vocabulary.from_gguf`, ``from_hf``...).
         stop_ids: token ids the engine stops on. When the grammar ends on an end-of-generation token the engine
             does not stop on, only these are allowed afterwards, so the engine stops next. Empty = no such rule.
+        only_stop_ids: where the grammar can end, allow ``stop_ids`` and no other end-of-generation token (the
+            engine's own end instead of llama.cpp's set; vLLM's backends do so), so no end token is ever forced.
     """
 
-    def __init__(self, grammar: Grammar, vocab: Vocabulary, *, stop_ids: Iterable[int] = ()) -> None:
+    def __init__(self, grammar: Grammar, vocab: Vocabulary, *, stop_ids: Iterable[int] = (),
+                 only_stop_ids: bool = False) -> None:
         self.grammar = grammar
         self.vocab = vocab
-        self.compiled = compile_grammar(grammar, vocab)
-        self.matcher = self.compiled.matcher()
+        self.matcher = grammar.matcher(vocab)          # a lazy grammar (structural tags) gives a lazy matcher
+        self.compiled = self.matcher.compiled
         self.stop_ids = sorted({int(t) for t in stop_ids})
+        self._eog_fix: tuple[np.ndarray, np.ndarray] | None = None
+        if only_stop_ids and self.stop_ids:
+            n = len(vocab)
+            stops = np.array([t for t in self.stop_ids if 0 <= t < n], dtype=np.int64)
+            other = np.array(sorted(set(int(t) for t in vocab.eog_ids) - set(stops.tolist())), dtype=np.int64)
+            self._eog_fix = (other, stops)
         self._seen: list[int] = []          # the history the matcher has consumed (up to termination)
         self._after_end = 0                 # tokens the engine produced after the grammar ended
 
@@ -144,11 +164,20 @@ class SequenceConstraint:
             m = np.zeros(len(self.vocab), dtype=bool)
             m[[t for t in self.stop_ids if t < len(self.vocab)]] = True
             return m
-        return self.matcher.mask()
+        m = self.matcher.mask()
+        if self._eog_fix is not None:
+            other, stops = self._eog_fix
+            end = self.matcher.can_end()
+            if (len(other) and m[other].any()) or (end and not m[stops].all()):
+                m = m.copy()
+                m[other] = False
+                if end:
+                    m[stops] = True
+        return m
 
     def fill_bitmask(self, bitmask: Any, index: int, vocab_size: int) -> None:
         """Write the next-token mask into row ``index`` of a packed bitmask for logits width ``vocab_size``."""
-        if self.matcher.is_terminated() and self.stop_ids:
+        if (self.matcher.is_terminated() and self.stop_ids) or (self._eog_fix is not None and self.can_end):
             row = pack_mask(self._mask(), vocab_size)
             if isinstance(bitmask, np.ndarray):
                 bitmask[index] = row

@@ -126,9 +126,14 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
         self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
         holder = _ModelHolder(self, cfg.model_path)
-        say("reading the vocabulary ...")
-        self.vocab = Vocabulary.from_llama(holder)
-        self.eog_ids = sorted(int(t) for t in self.vocab.eog_ids)
+        # the vocabulary tables and the grammar engine's token index (~1.7 s at 262,144 tokens) are read on a
+        # thread while the server starts listening; the first request that needs them waits for what is left
+        self._vocab: Vocabulary | None = None
+        self._vocab_error: BaseException | None = None
+        self._vocab_ready = threading.Event()
+        self._vocab_thread = threading.Thread(target=self._load_vocab, args=(holder,), daemon=True,
+                                              name="constrained-vocab")
+        self._vocab_thread.start()
         self._pieces: dict[int, bytes] = {}
         self.batch = L.llama_batch_init(self.n_batch, 0, n_par)
         self.slots = [Slot(i, self.n_ctx_slot) for i in range(n_par)]
@@ -145,6 +150,49 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                         "n_tokens_max": 0, "requests_processing": 0, "requests_deferred": 0}
         self.lock = threading.Lock()          # guards slot snapshots for /slots
         say(f"model loaded: {self.n_vocab} tokens, n_ctx {self.n_ctx} ({n_par} slots of {self.n_ctx_slot})")
+
+    def _load_vocab(self, holder: Any) -> None:
+        try:
+            self._vocab = Vocabulary.from_llama(holder)
+        except BaseException as err:  # noqa: BLE001 - raised again by the first request that needs it
+            self._vocab_error = err
+        finally:
+            self._vocab_ready.set()
+        if self._vocab is not None:
+            from ..grammar.tokenindex import vocab_index
+
+            vocab_index(self._vocab)     # under its lock: a grammar compiled meanwhile waits instead of building twice
+            try:                         # first use of the converter, the GBNF parser and the mask kernels
+                from ..grammar import Grammar
+
+                m = Grammar.from_json_schema({"type": "object"}).matcher(self._vocab)
+                m.mask()
+                m.accept_token(int(m.mask().argmax()))
+                m.mask()
+            except Exception:  # noqa: BLE001, S110 - a warm-up only; the request that needs it reports errors
+                pass
+            import gc
+
+            gc.freeze()                  # as freeze_loaded_heap: the tables join the collector's permanent generation
+
+    @property
+    def vocab(self) -> Vocabulary:
+        """The model's vocabulary (waits for the loader thread the first time)."""
+        v = self._vocab
+        if v is None:
+            self._vocab_ready.wait()
+            if self._vocab_error is not None:
+                raise ConstrainedError(f"reading the vocabulary failed: {self._vocab_error}") from self._vocab_error
+            v = self._vocab
+        return v
+
+    @property
+    def eog_ids(self) -> list[int]:
+        """End-of-generation ids, ascending."""
+        e = self.__dict__.get("_eog_ids")
+        if e is None:
+            e = self.__dict__["_eog_ids"] = sorted(int(t) for t in self.vocab.eog_ids)
+        return e
 
     # ------------------------------------------------------------------ tokens
     def piece(self, tok: int, special: bool = False) -> bytes:

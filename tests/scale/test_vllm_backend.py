@@ -121,3 +121,50 @@ def test_batch_extract_example_writes_valid_json_lines(llm: LLM, tmp_path: Path)
     assert [r["id"] for r in recs] == [d["id"] for d in ex.DOCS] and seen == [2, 3]
     assert all(r["valid"] and r["finish_reason"] == "stop" for r in recs), recs
     check_json(json.dumps(recs[0]["data"]), ex.SCHEMA)
+
+
+def test_regex_choice_and_structural_tag_requests_are_what_xgrammar_accepts(llm: LLM) -> None:
+    """vLLM's other request kinds through our backend: every output (finished or cut at max_tokens) is text that
+    xgrammar, given the same request, accepts (whole, when it finished)."""
+    import json
+
+    import xgrammar as xgr
+    from xgrammar.testing import _is_grammar_accept_string as xgr_accepts
+
+    obj = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 10}}, "required": ["city"],
+           "additionalProperties": False}
+    legacy = json.dumps({"structures": [{"begin": "<city>", "schema": obj, "end": "</city>"}], "triggers": ["<city"]})
+    forced = json.dumps({"type": "structural_tag", "format": {
+        "type": "triggered_tags", "triggers": ["<city"], "at_least_one": True, "stop_after_first": True,
+        "tags": [{"type": "tag", "begin": "<city>", "content": {"type": "json_schema", "json_schema": obj},
+                  "end": "</city>"}]}})
+    cases = [  # prompt, StructuredOutputsParams, xgrammar's grammar for the same request
+        ("Phone: ", SO(regex=r"\(\d{3}\) \d{3}-\d{4}"), xgr.Grammar.from_regex(r"\(\d{3}\) \d{3}-\d{4}")),
+        ("Email: ", SO(regex=r"[a-z]{1,8}@[a-z]{1,8}\.(com|org)"),
+         xgr.Grammar.from_regex(r"[a-z]{1,8}@[a-z]{1,8}\.(com|org)")),
+        ("Best colour: ", SO(choice=["red", "green", "blue"]), xgr.Grammar.from_ebnf('root ::= "red" | "green" | "blue"')),
+        ("Where? Answer <city>{...}</city>: ", SO(structural_tag=legacy),
+         xgr.Grammar.from_structural_tag([xgr.StructuralTagItem(begin="<city>", schema=json.dumps(obj),
+                                                                end="</city>")], ["<city"])),
+        ("The capital of Italy as <city>: ", SO(structural_tag=forced), xgr.Grammar.from_structural_tag(forced)),
+    ]
+    params = [SamplingParams(max_tokens=24, temperature=0.7, seed=i, structured_outputs=so)
+              for i, (_, so, _) in enumerate(cases)]
+    outs = llm.generate([p for p, _, _ in cases], params)
+    finished = 0
+    for (prompt, _, xg), o in zip(cases, outs, strict=True):
+        c = o.outputs[0]
+        assert c.token_ids, prompt
+        whole = c.finish_reason == "stop"
+        finished += whole
+        assert xgr_accepts(xg, c.text, require_termination=whole), (prompt, c.text, c.finish_reason)
+    assert outs[4].outputs[0].text.startswith("<city>{")
+    assert finished >= 3
+
+
+def test_bad_regex_and_structural_tag_are_refused_up_front(llm: LLM) -> None:
+    with pytest.raises(VLLMValidationError, match="lookaround"):
+        llm.generate(["x"], SamplingParams(max_tokens=2, structured_outputs=SO(regex="(?=a)a")))
+    with pytest.raises(VLLMValidationError, match="exactly one trigger"):
+        llm.generate(["x"], SamplingParams(max_tokens=2, structured_outputs=SO(structural_tag=(
+            '{"structures": [{"begin": "<g>", "schema": {}, "end": "</g>"}], "triggers": ["<f"]}'))))

@@ -101,3 +101,53 @@ def test_bad_options_are_refused_per_request(llm: LLM) -> None:
     ok = llm.generate(["Say yes or no: "], SamplingParams(max_tokens=6, temperature=0.5, seed=1,
                       extra_args=_body({"gbnf": 'root ::= ("yes" | "no") "."'}, None)))
     assert ok[0].outputs[0].text in ("yes.", "no.")
+
+
+def test_mask_mode_ends_on_vllms_own_eos_only(llm: LLM) -> None:
+    """The issue's run: where the grammar can end, llama.cpp allows every end-of-generation id (0, 2 and 4 on
+    SmolLM2) but vLLM stops on its EOS (2) only; drawing 0 or 4 then forced a second end token ('urn.' ->
+    [667, 30, 0, 2]). Mask mode now allows only what vLLM stops on there."""
+    gbnf = 'root ::= [a-z]+ (", " [a-z]+){0,3} "."'
+    ConstrainedLogitsProcessor.requests.clear()
+    outs = llm.generate(["Colours: ", "Hello"],
+                        [SamplingParams(max_tokens=24, temperature=0.8, seed=3, extra_args=_body({"gbnf": gbnf}, None)),
+                         SamplingParams(max_tokens=8, temperature=0.8, seed=4)])
+    ids = list(outs[0].outputs[0].token_ids)
+    assert 0 not in ids and 4 not in ids, ids
+    if outs[0].outputs[0].finish_reason == "stop":
+        assert outs[0].outputs[0].text.endswith(".")
+    req = ConstrainedLogitsProcessor.requests[-1]
+    fresh = Grammar.from_gbnf(gbnf).matcher(req.c.vocab)
+    assert fresh.accept_bytes(b"red.") and fresh.can_end()
+    assert fresh.mask()[[0, 2, 4]].tolist() == [True, True, True]        # llama.cpp's own grammar mask
+    from constrained.integrations.constraint import SequenceConstraint
+
+    c = SequenceConstraint(Grammar.from_gbnf(gbnf), req.c.vocab, stop_ids=req.c.stop_ids, only_stop_ids=True)
+    c.sync(req.c.vocab.tokenize("red."))
+    assert c.can_end and sorted(set(c.allowed_ids()) & {0, 2, 4}) == [2]
+
+
+def test_regex_choice_and_structural_tag_options(llm: LLM) -> None:
+    import re
+
+    from constrained.vocab import Vocabulary
+
+    obj = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<n"], "at_least_one": True,
+                                                 "stop_after_first": True,
+                                                 "tags": [{"type": "tag", "begin": "<n>", "end": "</n>",
+                                                           "content": {"type": "json_schema", "json_schema": obj}}]}}
+    opts = [{"regex": r"[A-Z][a-z]{2,6} \d{1,2}"}, {"choice": ["alpha", "beta", "gamma"]}, {"structural_tag": tag}]
+    outs = llm.generate(["Month and day: ", "Pick one: ", "A number as <n>: "],
+                        [SamplingParams(max_tokens=20, temperature=0.7, seed=i, extra_args=_body(o, None))
+                         for i, o in enumerate(opts)])
+    texts = [o.outputs[0].text for o in outs]
+    if outs[0].outputs[0].finish_reason == "stop":
+        assert re.fullmatch(r"[A-Z][a-z]{2,6} \d{1,2}", texts[0]), texts[0]
+    assert texts[1] in ("alpha", "beta", "gamma"), texts[1]
+    assert texts[2].startswith("<n>{"), texts[2]
+    g = Grammar.from_structural_tag(tag)
+    m = g.matcher(Vocabulary([bytes([i]) for i in range(256)]))
+    assert m.accept_bytes(texts[2].encode())
+    with pytest.raises(VLLMValidationError, match="lookaround"):
+        llm.generate(["x"], SamplingParams(max_tokens=2, extra_args=_body({"regex": "(?=a)"}, None)))

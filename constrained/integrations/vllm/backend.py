@@ -6,8 +6,10 @@ speculative token too, accepting the draft then rolling back), and calls ``accep
 
 Request kinds: ``grammar`` is GBNF parsed as llama.cpp parses it (Lark text is refused); ``json`` and
 ``response_format`` schemas are converted as llama-server converts them; ``json_object`` is llama-server's
-``{"type": "object"}``; ``choice`` becomes an alternation of literals. ``regex`` and ``structural_tag`` are refused
-with a clear error (llama-server has neither).
+``{"type": "object"}``; ``choice`` is :meth:`Grammar.from_choice`, ``regex`` :meth:`Grammar.from_regex` (the whole
+output matches the pattern, as xgrammar's), ``structural_tag`` :meth:`Grammar.from_structural_tag` (xgrammar's
+triggered tags: vLLM's ``{"structures": [...], "triggers": [...]}`` or ``{"type": "structural_tag", "format":
+{"type": "triggered_tags", ...}}``; JSON in the tags converted as llama-server converts schemas).
 
 End of generation: vLLM stops a request on its ``all_stop_token_ids`` (EOS plus the request's stop token ids); as in
 xgrammar's backend those are the tokens allowed where the grammar can end (llama.cpp allows its own end-of-generation
@@ -37,7 +39,8 @@ from vllm.v1.structured_output.backend_types import (
 from ...errors import ConstrainedError
 from ...grammar import Grammar
 from ...grammar.bitmask import allocate_token_bitmask, fill_next_token_bitmask
-from ...grammar.matcher import GrammarMatcher, compile_grammar
+from ...grammar.kinds import choice_gbnf as _choice_gbnf
+from ...grammar.matcher import GrammarMatcher
 from ...json_schema import JSON_OBJECT_SCHEMA
 from ...vocab import Vocabulary
 from ..constraint import grammar_from_spec
@@ -51,29 +54,14 @@ def _enforce() -> str:
     return os.environ.get(ENFORCE_ENV, "llama.cpp") or "llama.cpp"
 
 
-def _gbnf_literal(s: str) -> str:
-    out = []
-    for ch in s:
-        c = ord(ch)
-        if ch in '"\\':
-            out.append("\\" + ch)
-        elif c < 0x20 or c == 0x7F:
-            out.append(f"\\x{c:02X}")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
 def choice_gbnf(choices: list[str]) -> str:
-    """The GBNF alternation for vLLM's ``choice`` (each choice a literal).
+    """The GBNF alternation for vLLM's ``choice`` (each choice a literal; :func:`constrained.grammar.kinds.choice_gbnf`).
 
     Example:
         >>> choice_gbnf(["yes", 'say "no"'])
-        'root ::= "yes" | "say \\\\"no\\\\""'
+        'root ::= "yes" | "say \\\\"no\\\\""\\n'
     """
-    if not choices:
-        raise ConstrainedError("choice needs at least one alternative")
-    return "root ::= " + " | ".join(_gbnf_literal(str(c)) for c in choices)
+    return _choice_gbnf([str(c) for c in choices] if isinstance(choices, (list, tuple)) else choices)
 
 
 def grammar_for(kind: StructuredOutputOptions, spec: str) -> Grammar:
@@ -88,9 +76,12 @@ def grammar_for(kind: StructuredOutputOptions, spec: str) -> Grammar:
     if kind == StructuredOutputOptions.JSON_OBJECT:
         return grammar_from_spec(json_schema=JSON_OBJECT_SCHEMA)
     if kind == StructuredOutputOptions.CHOICE:
-        return grammar_from_spec(gbnf=choice_gbnf(json.loads(spec) if spec.startswith("[") else [spec]))
-    raise ConstrainedError(f"the constrained backend does not support {kind.name.lower()} requests "
-                           "(llama-server has GBNF grammars and JSON schemas)")
+        return Grammar.from_choice(json.loads(spec) if spec.startswith("[") else [spec])
+    if kind == StructuredOutputOptions.REGEX:
+        return grammar_from_spec(regex=spec)
+    if kind == StructuredOutputOptions.STRUCTURAL_TAG:
+        return grammar_from_spec(structural_tag=spec, enforce=_enforce())
+    raise ConstrainedError(f"the constrained backend does not support {kind.name.lower()} requests")
 
 
 def validate_request(sampling_params: Any) -> None:
@@ -207,7 +198,7 @@ class ConstrainedBackend(StructuredOutputBackend):
                         stop_token_ids: set[int] | None = None) -> StructuredOutputGrammar:
         grammar = grammar_for(request_type, grammar_spec)
         vocab = self._vocab(stop_token_ids)
-        g = ConstrainedGrammar(compile_grammar(grammar, vocab).matcher(), self.vocab_size)
+        g = ConstrainedGrammar(grammar.matcher(vocab), self.vocab_size)   # lazy for structural tags
         ConstrainedBackend.recent.append(g)
         return g
 

@@ -3,7 +3,9 @@
 Load it with ``LLM(..., logits_processors=[ConstrainedLogitsProcessor])`` or
 ``vllm serve --logits-processors constrained.integrations.vllm:ConstrainedLogitsProcessor``. A request opts in with
 ``SamplingParams(extra_args={"constrained": {...}})`` (``vllm_xargs`` in the OpenAI API) holding one of ``gbnf``,
-``json_schema`` or ``grammar`` (a bundled grammar's name), optionally ``enforce``, and optionally ``parity``:
+``json_schema``, ``grammar`` (a bundled grammar's name), ``regex`` (the whole output matches it), ``choice`` (a list
+of strings) or ``structural_tag`` (xgrammar's triggered tags, see :meth:`Grammar.from_structural_tag`), optionally
+``enforce``, and optionally ``parity``:
 
 * without ``parity`` the processor masks the row (every token llama.cpp's grammar rejects gets -inf) and vLLM
   samples as configured;
@@ -32,7 +34,8 @@ from ..constraint import SequenceConstraint, grammar_from_spec
 
 __all__ = ["ConstrainedLogitsProcessor", "request_options"]
 
-_KEYS = {"gbnf", "json_schema", "grammar", "enforce", "parity"}
+_KINDS = ("gbnf", "json_schema", "grammar", "regex", "choice", "structural_tag")
+_KEYS = {*_KINDS, "enforce", "parity"}
 
 
 def request_options(params: Any) -> dict[str, Any] | None:
@@ -46,8 +49,8 @@ def request_options(params: Any) -> dict[str, Any] | None:
     unknown = set(opts) - _KEYS
     if unknown:
         raise ValueError(f"extra_args['constrained']: unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
-    if sum(k in opts for k in ("gbnf", "json_schema", "grammar")) != 1:
-        raise ValueError("extra_args['constrained'] needs exactly one of 'gbnf', 'json_schema', 'grammar'")
+    if sum(k in opts for k in _KINDS) != 1:
+        raise ValueError(f"extra_args['constrained'] needs exactly one of {', '.join(repr(k) for k in _KINDS)}")
     if "parity" in opts and not isinstance(opts["parity"], dict):
         raise ValueError("extra_args['constrained']['parity'] must be an object of llama-server sampling fields")
     return opts
@@ -59,6 +62,12 @@ def _grammar(opts: dict[str, Any]) -> Any:
         return grammar_from_spec(gbnf=opts["gbnf"])
     if "json_schema" in opts:
         return grammar_from_spec(json_schema=opts["json_schema"], enforce=enforce)
+    if "regex" in opts:
+        return grammar_from_spec(regex=opts["regex"])
+    if "choice" in opts:
+        return grammar_from_spec(choice=opts["choice"])
+    if "structural_tag" in opts:
+        return grammar_from_spec(structural_tag=opts["structural_tag"], enforce=enforce)
     return grammar_from_spec(name=opts["grammar"])
 
 
@@ -154,7 +163,9 @@ class ConstrainedLogitsProcessor(AdapterLogitsProcessor):
             return None
         vocab = self.vocab()
         stops = set(getattr(params, "all_stop_token_ids", None) or ()) or set(vocab.eog_ids)  # what vLLM stops on
-        constraint = SequenceConstraint(_grammar(opts), vocab, stop_ids=stops)
+        # mask mode: where the grammar can end, only what vLLM stops on (else a llama.cpp end token vLLM does not
+        # stop on gets a second, forced one); parity mode keeps llama-server's draw and forces the stop after it
+        constraint = SequenceConstraint(_grammar(opts), vocab, stop_ids=stops, only_stop_ids="parity" not in opts)
         smpl = None
         if "parity" in opts:
             from sampler import Params, Sampler

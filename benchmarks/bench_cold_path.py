@@ -1,0 +1,326 @@
+"""Where users wait, against the peers, in one run: the cold path of ``constrained serve`` beside llama-server, and
+compile / first mask / steady mask / check + accept beside xgrammar, llguidance and llama.cpp.
+
+**Servers** (the default model, ``-c 2048 -np 1 -t 1 -tb 1``, one process each, one after the other): time from
+starting the process until ``/health`` answers 200, a first schema request (16 tokens), the same request again, a
+request with a new schema (30 tokens); ``/completion`` with ``cache_prompt: false``, temperature 0, the same body to
+both. Ours runs under the main venv's python (``python -m constrained.server``), llama-server is the oracle build.
+
+**Grammar engines** (the default model's vocabulary, 262,144 tokens on gemma-3; each schema's grammar fresh, per
+engine): *compile* = schema to a matcher ready to mask (ours: ``Grammar.from_json_schema`` + ``matcher()``,
+xgrammar: ``compile_json_schema`` + ``GrammarMatcher``, llguidance: ``LLMatcher`` from the JSON schema, llama.cpp:
+``llama_sampler_init_grammar`` on our converter's GBNF); *first mask* = compile + the first mask; then a
+teacher-forced document (a JSON value of the schema, tokenized): per step the full mask (*mask*), then checking the
+next token alone and accepting it (*check + accept*: ``allows`` + ``accept_token``; xgrammar and llguidance have no
+one-token check, so theirs is ``accept_token`` / ``consume_token`` after a mask, reported as accept alone). Every
+engine's masks are computed, none compared here (tests/scale/test_kinds_xgrammar.py and the hostile benchmark do).
+
+Run in the scale venv (it has xgrammar, llguidance and llama-cpp-python), on a quiet machine::
+
+    PYTHONPATH=$PWD heavy .venv-vllm/bin/python benchmarks/bench_cold_path.py [--skip-servers] [--skip-engines]
+
+The load average at the start and end is printed with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("GGML_NO_BACKTRACE", "1")
+
+MAIN_PY = Path(os.environ.get("CONSTRAINED_MAIN_PY", "/work/main/.venv/bin/python"))
+FLAGS = ["-c", "2048", "-np", "1", "-t", "1", "-tb", "1"]
+PROMPT = "You extract records. Reply with JSON only.\nText: Maria Lopez, 34, maria@example.com.\nJSON:\n"
+SCHEMA_A = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+            "required": ["name", "age"]}
+SCHEMA_B = {"type": "object", "properties": {"email": {"type": "string"}, "tags": {"type": "array",
+                                                                                   "items": {"type": "string"}}},
+            "required": ["email", "tags"]}
+
+ENGINE_SCHEMAS = [
+    (SCHEMA_A, {"name": "Maria Lopez", "age": 34}),
+    (SCHEMA_B, {"email": "maria@example.com", "tags": ["billing", "support"]}),
+    ({"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}, "ok": {"type": "boolean"}},
+                                 "required": ["id", "ok"]}, "maxItems": 4},
+     [{"id": 1, "ok": True}, {"id": 22, "ok": False}]),
+    ({"type": "object", "properties": {"city": {"type": "string", "maxLength": 20},
+                                       "zip": {"type": "string", "pattern": "^[0-9]{5}$"},
+                                       "country": {"enum": ["FR", "DE", "IT"]}}, "required": ["city", "zip", "country"]},
+     {"city": "Lyon", "zip": "69001", "country": "FR"}),
+    ({"type": "object", "properties": {"items": {"type": "array", "items": {"type": "number"}},
+                                       "total": {"type": "number", "minimum": 0}}, "required": ["items", "total"]},
+     {"items": [1.5, 2.25, 3], "total": 6.75}),
+    ({"type": "object", "additionalProperties": {"type": "integer"}}, {"a": 1, "bb": 22, "ccc": 333}),
+]
+
+
+def _get(url: str, body: dict | None = None, timeout: float = 600) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"{}")
+    except urllib.error.HTTPError as e:
+        return e.code, {}
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _server_row(cmd: list[str], port: int, env: dict) -> dict[str, float]:
+    row: dict[str, float] = {}
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{cmd[0]} exited with {proc.returncode}")
+            try:
+                if _get(base + "/health", timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.02)
+        row["start"] = time.perf_counter() - t0
+        for name, schema, n in [("first", SCHEMA_A, 16), ("again", SCHEMA_A, 16), ("new", SCHEMA_B, 30)]:
+            t = time.perf_counter()
+            status, out = _get(base + "/completion", {"prompt": PROMPT, "json_schema": schema, "n_predict": n,
+                                                       "temperature": 0, "cache_prompt": False})
+            row[name] = time.perf_counter() - t
+            assert status == 200, (cmd[0], name, status)
+            row[name + "_n"] = out.get("tokens_predicted", 0)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return row
+
+
+def servers() -> None:
+    from constrained.llama import default_model_path
+    from oracle.llama_server import build_dir, llama_server_binary
+
+    model = str(default_model_path())
+    rows = {}
+    port = _free_port()
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    rows["constrained serve"] = _server_row([str(MAIN_PY), "-m", "constrained.server", "-m", model, *FLAGS,
+                                             "--host", "127.0.0.1", "--port", str(port)], port, env)
+    binary = llama_server_binary()
+    port = _free_port()
+    env2 = dict(os.environ, LD_LIBRARY_PATH=str(Path(binary).parent) + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
+    rows["llama-server"] = _server_row([str(binary), "-m", model, *FLAGS, "--host", "127.0.0.1", "--port", str(port)],
+                                       port, env2)
+    del build_dir
+    print("\n## Cold path (default model, -c 2048 -np 1 -t 1 -tb 1)\n")
+    print("| | llama-server | constrained serve | ratio |\n|---|---|---|---|")
+    for key, label in [("start", "start until /health 200"), ("first", "first schema request"),
+                       ("again", "the same schema again"), ("new", "a new schema")]:
+        a, b = rows["llama-server"][key], rows["constrained serve"][key]
+        extra = f" ({int(rows['llama-server'].get(key + '_n', 0))} / {int(rows['constrained serve'].get(key + '_n', 0))} tokens)" \
+            if key != "start" else ""
+        print(f"| {label}{extra} | {a:.2f} s | {b:.2f} s | {b / a:.2f}x |")
+
+
+def _pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+
+
+def engines() -> None:
+    import numpy as np
+
+    from constrained.grammar import Grammar
+    from constrained.llama import default_model_path
+    from constrained.vocab import Vocabulary
+
+    path = default_model_path()
+    vocab = Vocabulary.from_gguf(path)
+    n = len(vocab)
+    res: dict[str, dict[str, list[float]]] = {}
+
+    def rec(engine: str, key: str, value: float) -> None:
+        res.setdefault(engine, {}).setdefault(key, []).append(value)
+
+    docs = [(s, vocab.tokenize(json.dumps(d))) for s, d in ENGINE_SCHEMAS]
+    ours_first = Grammar.from_json_schema({"type": "boolean"}).matcher(vocab)   # the vocabulary index, once
+    ours_first.mask()
+    # ours
+    for schema, ids in docs:
+        t0 = time.perf_counter()
+        g = Grammar.from_json_schema(schema)
+        m = g.matcher(vocab)
+        t1 = time.perf_counter()
+        m.mask()
+        t2 = time.perf_counter()
+        rec("ours", "compile", t1 - t0)
+        rec("ours", "first", t2 - t0)
+        for k, t in enumerate(ids):
+            if k:
+                a = time.perf_counter()
+                m.mask()
+                rec("ours", "mask", time.perf_counter() - a)
+            a = time.perf_counter()
+            ok = m.allows(t)
+            b = time.perf_counter()
+            m.accept_token(t)
+            c = time.perf_counter()
+            assert ok
+            rec("ours", "check", b - a)
+            rec("ours", "accept", c - b)
+    # xgrammar
+    try:
+        import xgrammar as xgr
+        info = xgr.TokenizerInfo(list(vocab.pieces), vocab_type=xgr.VocabType.RAW, vocab_size=n,
+                                 stop_token_ids=sorted(vocab.eog_ids))
+        bm = xgr.allocate_token_bitmask(1, n)
+        for schema, ids in docs:
+            compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+            t0 = time.perf_counter()
+            cg = compiler.compile_json_schema(json.dumps(schema), any_whitespace=True)
+            xm = xgr.GrammarMatcher(cg)
+            t1 = time.perf_counter()
+            xm.fill_next_token_bitmask(bm)
+            t2 = time.perf_counter()
+            rec("xgrammar", "compile", t1 - t0)
+            rec("xgrammar", "first", t2 - t0)
+            for k, t in enumerate(ids):
+                if k:
+                    a = time.perf_counter()
+                    xm.fill_next_token_bitmask(bm)
+                    rec("xgrammar", "mask", time.perf_counter() - a)
+                a = time.perf_counter()
+                xm.accept_token(t)
+                rec("xgrammar", "accept", time.perf_counter() - a)
+    except ImportError as err:
+        print(f"(xgrammar not measured: {err})")
+    # llguidance
+    try:
+        import llguidance
+        import llguidance.numpy as lln
+
+        tok = llguidance.LLTokenizer(llguidance.TokenizerWrapper(_LLTok(vocab))) if hasattr(llguidance, "TokenizerWrapper") \
+            else None
+        if tok is None:
+            raise ImportError("no TokenizerWrapper")
+        bml = lln.allocate_token_bitmask(1, n)
+        for schema, ids in docs:
+            t0 = time.perf_counter()
+            lm = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)))
+            t1 = time.perf_counter()
+            lln.fill_next_token_bitmask(lm, bml, 0)
+            t2 = time.perf_counter()
+            rec("llguidance", "compile", t1 - t0)
+            rec("llguidance", "first", t2 - t0)
+            for k, t in enumerate(ids):
+                if k:
+                    a = time.perf_counter()
+                    lln.fill_next_token_bitmask(lm, bml, 0)
+                    rec("llguidance", "mask", time.perf_counter() - a)
+                a = time.perf_counter()
+                lm.consume_token(t)
+                rec("llguidance", "accept", time.perf_counter() - a)
+    except Exception as err:  # noqa: BLE001 - the peer is optional
+        print(f"(llguidance not measured: {err})")
+    # llama.cpp
+    try:
+        from oracle.llama import CGrammar, vocab_model
+
+        vm = vocab_model(path)
+        for schema, ids in docs:
+            gbnf = Grammar.from_json_schema(schema).to_gbnf()
+            t0 = time.perf_counter()
+            cg = CGrammar(vm, gbnf)
+            t1 = time.perf_counter()
+            cg.mask()
+            t2 = time.perf_counter()
+            rec("llama.cpp", "compile", t1 - t0)
+            rec("llama.cpp", "first", t2 - t0)
+            for k, t in enumerate(ids[:8]):          # its full mask costs tens of ms at 262,144 tokens
+                if k:
+                    a = time.perf_counter()
+                    cg.mask()
+                    rec("llama.cpp", "mask", time.perf_counter() - a)
+                a = time.perf_counter()
+                ok = cg.allows(t)
+                b = time.perf_counter()
+                cg.accept(t)
+                c = time.perf_counter()
+                assert ok
+                rec("llama.cpp", "check", b - a)
+                rec("llama.cpp", "accept", c - b)
+            cg.free() if hasattr(cg, "free") else None
+    except Exception as err:  # noqa: BLE001
+        print(f"(llama.cpp not measured: {err})")
+    del np
+    print(f"\n## Grammar engines ({n:,} tokens, {len(docs)} schemas, fresh grammars)\n")
+    cols = [e for e in ("ours", "xgrammar", "llguidance", "llama.cpp") if e in res]
+    print("| | " + " | ".join(cols) + " |\n|---|" + "---|" * len(cols))
+
+    def cell(e: str, key: str, f) -> str:  # noqa: ANN001
+        xs = res[e].get(key)
+        return f(xs) if xs else "-"
+
+    ms = lambda v: f"{v * 1e3:.2f}"   # noqa: E731
+    us = lambda v: f"{v * 1e6:.1f}"   # noqa: E731
+    print("| compile, median / max (ms) | " + " | ".join(
+        cell(e, "compile", lambda xs: f"{ms(statistics.median(xs))} / {ms(max(xs))}") for e in cols) + " |")
+    print("| time to first mask, median (ms) | " + " | ".join(
+        cell(e, "first", lambda xs: ms(statistics.median(xs))) for e in cols) + " |")
+    print("| full mask, median / p99 (us) | " + " | ".join(
+        cell(e, "mask", lambda xs: f"{us(statistics.median(xs))} / {us(_pct(xs, 99))}") for e in cols) + " |")
+    print("| check one token, median (us) | " + " | ".join(
+        cell(e, "check", lambda xs: us(statistics.median(xs))) for e in cols) + " |")
+    print("| accept one token, median (us) | " + " | ".join(
+        cell(e, "accept", lambda xs: us(statistics.median(xs))) for e in cols) + " |")
+
+
+class _LLTok:
+    """llguidance's tokenizer protocol over our vocabulary (token bytes, EOS)."""
+
+    def __init__(self, vocab) -> None:  # noqa: ANN001
+        self.tokens = list(vocab.pieces)
+        self.eos_token_id = min(vocab.eog_ids) if vocab.eog_ids else 0
+        self.bos_token_id = None
+        self.special_token_ids = sorted(vocab.eog_ids)
+        self._vocab = vocab
+
+    def __call__(self, s: bytes | str):  # noqa: ANN204
+        return self._vocab.tokenize(s if isinstance(s, str) else s.decode("utf-8", "replace"))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--skip-servers", action="store_true")
+    ap.add_argument("--skip-engines", action="store_true")
+    a = ap.parse_args()
+    load0 = os.getloadavg()
+    if not a.skip_servers:
+        servers()
+    if not a.skip_engines:
+        engines()
+    load1 = os.getloadavg()
+    print(f"\nload average at start {load0[0]:.2f} / {load0[1]:.2f}, at end {load1[0]:.2f} / {load1[1]:.2f} (1 / 5 min)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
