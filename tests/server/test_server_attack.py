@@ -262,10 +262,12 @@ PARSE_CASES: list[tuple[str, str, str, bytes | None]] = [
     ("get-lora", "GET", "/lora-adapters", None),
     ("empty", "POST", "/completion", b""),
     ("big-number", "POST", "/completion", b'{"prompt":"hi","n_predict":1e999}'),
+    ("big-negative", "POST", "/completion", b'{"prompt":"hi","n_predict":1,"x":[-1e999]}'),
+    ("big-integer", "POST", "/completion", b'{"prompt":"hi","n_predict":1,"x":' + b"9" * 400 + b"}"),
 ]
 EXACT = {"nan", "inf", "ninf", "nan-array", "nan-chat", "list", "null", "number", "string", "oai-null", "chat-list",
          "chat-null", "apply-null", "schema-string", "chat-schema-string", "template-kwargs-messages", "head-lora",
-         "get-lora", "empty"}
+         "get-lora", "empty", "big-number", "big-negative", "big-integer"}
 
 
 def _shape(st: int, payload: bytes) -> tuple[int, Any]:
