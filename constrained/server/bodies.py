@@ -84,6 +84,26 @@ def _refuse_constant(name: str) -> Any:
     raise _NonFinite(name)
 
 
+class _Overflow(Exception):
+    pass
+
+
+def _parse_float(text: str) -> float:
+    # nlohmann: a number that does not fit a double is out_of_range.406
+    v = float(text)
+    if v in (float("inf"), float("-inf")):
+        raise _Overflow(text)
+    return v
+
+
+def _parse_int(text: str) -> int | float:
+    # nlohmann keeps integers in int64 / uint64; beyond, the text is read as a double
+    v = int(text)
+    if -(1 << 63) <= v < (1 << 64):
+        return v
+    return _parse_float(text)
+
+
 def _non_finite_text(raw: bytes) -> str:
     """nlohmann's error for the first ``NaN`` / ``Infinity`` literal: column of its first character read, and
     ``last read`` from the start of the last string or number token (the lexer resets only there)."""
@@ -142,9 +162,11 @@ def parse_json_body(raw: bytes, limit_depth: int = MAX_JSON_DEPTH) -> Any:
         {'a': [1, 2]}
     """
     try:
-        data = json.loads(raw, parse_constant=_refuse_constant)
+        data = json.loads(raw, parse_constant=_refuse_constant, parse_float=_parse_float, parse_int=_parse_int)
     except _NonFinite:
         raise HttpError(_non_finite_text(raw), "server_error") from None
+    except _Overflow as e:
+        raise HttpError(f"[json.exception.out_of_range.406] number overflow parsing '{e}'", "server_error") from None
     except json.JSONDecodeError as e:
         raise HttpError(_parse_error_text(raw, e), "server_error") from None
     except UnicodeDecodeError:
