@@ -24,10 +24,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
+from .anthropic_api import AnthropicShape, anthropic_to_chat
 from .bodies import error_response, json_response, read_body
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
+from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
 from .state import ServerConfig, ServerState
 from .task import TaskParams
@@ -201,6 +203,29 @@ def build_app(state: ServerState) -> Starlette:
         n = len(eng.tokenize_prompt((await chat_body(request))["prompt"]))
         return json_response({"input_tokens": n, "object": "response.input_tokens"})
 
+    # Anthropic Messages and OpenAI Responses: converted to a chat body, answered in their own shapes
+    async def converted_body(request: Request, convert: Any) -> dict[str, Any]:
+        data = convert(await read_body(request))
+        return chat_params(data, state.templates, jinja=cfg.jinja, prefill_assistant=cfg.prefill_assistant,
+                           chat_template_kwargs=cfg.chat_template_kwargs, reasoning_format=cfg.reasoning_format)
+
+    async def anthropic_messages(request: Request) -> Response:
+        body = await converted_body(request, anthropic_to_chat)
+        return await run_completion(state, request, body, "chat", parser_for(body), log, shape=AnthropicShape())
+
+    async def anthropic_count_tokens(request: Request) -> Response:
+        body = await converted_body(request, anthropic_to_chat)
+        return json_response({"input_tokens": len(eng.tokenize_prompt(body["prompt"]))})
+
+    async def responses(request: Request) -> Response:
+        body = await converted_body(request, responses_to_chat)
+        return await run_completion(state, request, body, "chat", parser_for(body), log, shape=ResponsesShape())
+
+    async def responses_input_tokens(request: Request) -> Response:
+        body = await converted_body(request, responses_to_chat)
+        return json_response({"input_tokens": len(eng.tokenize_prompt(body["prompt"])),
+                              "object": "response.input_tokens"})
+
     def not_supported(message: str) -> Any:
         async def h(request: Request) -> Response:
             raise HttpError(message, "not_supported_error")
@@ -259,6 +284,10 @@ def build_app(state: ServerState) -> Starlette:
         Route("/apply-template", wrap(apply_template), methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
         Route("/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
+        Route("/v1/messages", wrap(anthropic_messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", wrap(anthropic_count_tokens), methods=["POST"]),
+        Route("/v1/responses", wrap(responses), methods=["POST"]), Route("/responses", wrap(responses), methods=["POST"]),
+        Route("/v1/responses/input_tokens", wrap(responses_input_tokens), methods=["POST"]),
         # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
         # --slot-save-path (refused): llama-server's 501s
         *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),

@@ -207,9 +207,9 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
                 out["grammar"] = response_format_grammar(json_schema, gen_prompt)
             except Exception as e:  # noqa: BLE001
                 raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
-                           f"JSON schema conversion failed:\n{_schema_errors(e)}") from None
+                           + _autoparser_schema_error(e)) from None
             out["grammar_type"] = "tool_calls"
-            out["_response_format"] = True
+            out["_response_format"] = _response_format_spec(templates, gen_prompt, reasoning_format != "none")
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
@@ -293,6 +293,31 @@ def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
     return b[i:]
+
+
+def _response_format_spec(templates: ChatTemplates, gen_prompt: str, extract: bool) -> ReplySpec:
+    # the autoparser's response_format parser: its reasoning block (a specialised handler's: none here)
+    from ..chat.autoparser import analyze_reasoning
+    from ..chat.autoparser_prompt import specialized_handler
+
+    if specialized_handler(templates.source) is not None:
+        return ReplySpec(gen_prompt)
+    try:
+        r = analyze_reasoning(templates)
+    except ChatTemplateError:
+        return ReplySpec(gen_prompt)
+    return ReplySpec(gen_prompt, r.mode, r.start, r.end, extract=extract)
+
+
+def _autoparser_schema_error(e: Exception) -> str:
+    """The schema error as the autoparser's grammar build raises it: ``common_chat_schema_from_json``'s own
+    ``runtime_error`` text (``JSON schema error at ...``) as it is, the converter's collected errors
+    (``check_errors``) with their ``JSON schema conversion failed:`` head (json-schema-to-grammar.cpp:975,
+    1015-1026: ``build_grammar`` does not wrap what the schema reader throws)."""
+    rest = _schema_errors(e)
+    if str(e).startswith("JSON schema conversion failed:\n") and not rest.startswith("JSON schema error at "):
+        return str(e)
+    return rest
 
 
 def _empty(schema: Any) -> bool:
@@ -382,8 +407,10 @@ def parser_for(body: dict[str, Any]) -> Any:
     if isinstance(spec, ReplySpec):
         gen_prompt = body.get("generation_prompt") or ""
         return lambda: AutoChatParser(spec, gen_prompt)
-    if body.get("_response_format"):
-        return ResponseFormatParser
+    rf = body.get("_response_format")
+    if isinstance(rf, ReplySpec):
+        gen_prompt = body.get("generation_prompt") or ""
+        return lambda: ResponseFormatParser(rf, gen_prompt)
     from ..chat.tool_stream import ToolCallParser
     from .tools_api import ToolPlan
 
