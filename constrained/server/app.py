@@ -111,11 +111,20 @@ def build_app(state: ServerState) -> Starlette:
             return error_response(HttpError("no slot available", "unavailable_error"))
         return json_response(arr)
 
+    scrape_window: dict[str, float] = {}
+
     async def metrics(request: Request) -> Response:
         if not cfg.endpoint_metrics:
             return error_response(HttpError("This server does not support metrics endpoint. Start it with `--metrics`",
                                   "not_supported_error"))
-        m = eng.metrics
+        m = dict(eng.metrics)
+        # the rate gauges cover the window since the previous scrape (server_metrics::reset_bucket)
+        last = scrape_window
+        d_pt, d_ps = m["prompt_tokens_total"] - last.get("pt", 0), m["prompt_seconds_total"] - last.get("ps", 0.0)
+        d_gs = m.get("tokens_predicted_steps_total", 0) - last.get("gs", 0)
+        d_gt = m["tokens_predicted_seconds_total"] - last.get("gt", 0.0)
+        scrape_window.update(pt=m["prompt_tokens_total"], ps=m["prompt_seconds_total"],
+                             gs=m.get("tokens_predicted_steps_total", 0), gt=m["tokens_predicted_seconds_total"])
         rows = [
             ("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens",
              m["prompt_tokens_total"]),
@@ -130,8 +139,20 @@ def build_app(state: ServerState) -> Starlette:
              "and multimodal decoding", m["n_decode_total"]),
             ("n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)",
              m["n_tokens_max"]),
-            ("requests_processing", "gauge", "Number of requests processing.", m["requests_processing"]),
-            ("requests_deferred", "gauge", "Number of requests deferred.", m["requests_deferred"]),
+            # no speculative decoding here: the counters stay 0
+            ("spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated", 0),
+            ("spec_decode_num_accepted_tokens_total", "counter",
+             "Speculative: Total draft tokens accepted by the target model", 0),
+            ("spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification steps",
+             0),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
+             d_pt / d_ps if d_ps > 0 else 0.0),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
+             d_gs / d_gt if d_gt > 0 else 0.0),
+            ("requests_processing", "gauge", "Number of requests processing", m["requests_processing"]),
+            ("requests_deferred", "gauge", "Number of requests deferred", m["requests_deferred"]),
+            ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+             m.get("n_busy_slots_total", 0) / max(m["n_decode_total"], 1)),
         ]
         text = "".join(f"# HELP llamacpp:{n} {h}\n# TYPE llamacpp:{n} {t}\nllamacpp:{n} {v:g}\n"
                        for n, t, h, v in rows)

@@ -167,6 +167,8 @@ class SlotSampling:
         self.metrics["n_tokens_max"] = max(self.metrics["n_tokens_max"], n_tokens_cached + 1)
         if s.n_decoded > 1:
             self.metrics["tokens_predicted_seconds_total"] += s.t_gen_last - s.t_prompt_done
+            self.metrics["tokens_predicted_steps_total"] = (self.metrics.get("tokens_predicted_steps_total", 0)
+                                                            + s.n_decoded - 1)
         fin = Final(task=task, id_slot=s.id, content=b"" if p.stream else bytes(s.generated),
                     tokens=[] if p.stream else list(s.gen_tokens), stop=s.stop, stopping_word=s.stopping_word,
                     n_decoded=s.n_decoded, n_prompt=len(task.tokens), n_cached_prompt=s.n_cached,
