@@ -323,7 +323,15 @@ def build_app(state: ServerState) -> Starlette:
         Route("/tools", wrap(feature_disabled), methods=["GET", "POST"]),
     ]
     inner = Starlette(routes=routes)
-    paths = {r.path for r in routes}
+    from .gcp_api import gcp_enabled, gcp_routes, predict_handler
+
+    if gcp_enabled():                      # Vertex AI: AIP_MODE=PREDICTION adds the predict route (and a health alias)
+        predict, health_alias = gcp_routes()
+        posts = [r.path for r in routes if "POST" in (r.methods or ())]
+        inner.router.routes.append(Route(predict, wrap(predict_handler(inner, posts)), methods=["POST"]))
+        if health_alias:
+            inner.router.routes.append(Route(health_alias, wrap(health), methods=["GET"]))
+    paths = {r.path for r in inner.router.routes}
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
