@@ -264,18 +264,23 @@ def _gbnf_literal(text: str) -> str:
 def response_format_grammar(schema: Any, gen_prompt: str) -> str:
     """The grammar llama-server's autoparser builds for ``response_format`` with a content-only template: the
     generation prompt, optional whitespace, then the schema's JSON either bare or in a ```` ```json ```` fence
-    (chat-auto-parser-generator.cpp), rules printed sorted by name."""
-    rules: dict[str, str] = {}
-    for line in convert_json_schema(schema).gbnf.splitlines():
-        if " ::= " in line:
-            name, body = line.split(" ::= ", 1)
-            rules["response-format-schema" if name == "root" else name] = body
-    rules.update(PEG_JSON_RULES)
-    rules["response-format"] = "response-format-schema"
-    rules["root"] = (f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
-                     "space response-format space)")
-    rules["space"] = '| " " | "\\n"{1,2} [ \\t]{0,20}'
-    return "".join(f"{k} ::= {rules[k]}\n" for k in sorted(rules))
+    (chat-auto-parser-generator.cpp), rules printed sorted by name. The schema is added as the rule
+    ``response-format-schema`` (``p.schema(..., "response-format-schema", ...)``), so its own rules carry that
+    prefix (``response-format-schema-name-kv``), as llama-server's ``build_grammar`` names them."""
+    from ..json_schema.converter import Converter
+    from ..json_schema.json_text import load
+    from ..json_schema.nodes import build_document
+
+    convert_json_schema(schema)            # llama.cpp's refusals (and ours: a grammar that accepts nothing) first
+    conv = Converter()
+    for n, body in PEG_JSON_RULES.items():
+        conv.add_rule(n, body)
+    conv.visit(build_document(load(schema)).root, "response-format-schema")
+    conv.check_errors()
+    conv.add_rule("response-format", "response-format-schema")
+    conv.add_rule("root", f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
+                          "space response-format space)")
+    return conv.format_grammar()
 
 
 def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict[str, Any],

@@ -250,3 +250,35 @@ def test_the_cases_reach_the_fence_and_the_whitespace(request) -> None:
         if r.lstrip().startswith("```json") and "stream" not in c:
             content = json.loads(pairs[c][0][2])["choices"][0]["message"]["content"]
             assert "```" not in content and content == content.strip(), (c, content)
+
+
+GCP_CASES: list[tuple[str, object]] = [
+    ("predict", {"instances": [
+        {"@requestFormat": "chatCompletions", "max_tokens": 4, "temperature": 0, "cache_prompt": False,
+         "messages": ASK},
+        {"@requestFormat": "/apply-template", "messages": ASK},
+        {"@requestFormat": "tokenize", "content": "Hi"},
+        {"@requestFormat": "completions", "prompt": "Hi", "max_tokens": 2, "temperature": 0, "stream": True,
+         "cache_prompt": False},
+        {"@requestFormat": "nope"}, 5, {"x": 1},
+        {"@requestFormat": "chatCompletions", "messages": "bad"},
+        {"@requestFormat": "messages", "max_tokens": 3, "temperature": 0, "messages": ASK}]}),
+    ("predict-not-array", {"instances": 3}),
+    ("predict-not-object", [1]),
+    ("predict-too-many", {"instances": [{"@requestFormat": "tokenize", "content": "a"}] * 129}),
+]
+
+
+def test_gcp_predict_as_llama_server(default_model_path: str, monkeypatch) -> None:
+    # AIP_MODE=PREDICTION: /predict dispatches each instance to the route its @requestFormat names
+    monkeypatch.setenv("AIP_MODE", "PREDICTION")
+    monkeypatch.setenv("AIP_HEALTH_ROUTE", "/ping")
+    args = _args(default_model_path, [])
+    got = {}
+    for who, cls in (("real", LlamaServer), ("ours", ours)):
+        srv = cls(args)
+        monkeypatch.setenv("AIP_HTTP_PORT", str(srv.port))
+        with srv:
+            got[who] = [raw(srv, "POST", "/predict", b) for _, b in GCP_CASES] + [raw(srv, "GET", "/ping")]
+    for (rs, rh, rb), (us, uh, ub) in zip(got["real"], got["ours"], strict=True):
+        assert (us, normalize_ids(body_of(ub, uh))) == (rs, normalize_ids(body_of(rb, rh)))
