@@ -31,6 +31,23 @@ class Person(BaseModel):
     age: int
 
 
+_SHOT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+
+
+def shots(city: str) -> list[dict[str, object]]:
+    # a few-shot turn as plain content (both servers render it the same): the small model calls under auto
+    return [{"role": "user", "content": "What is the weather in Rome?"},
+            {"role": "assistant", "content": _SHOT}, {"role": "user", "content": "Thanks. Next one."},
+            {"role": "user", "content": f"What is the weather in {city}?"}]
+
+
+def rs_shots(city: str) -> list[dict[str, object]]:
+    return [{"role": "user", "content": "What is the weather in Rome?"},
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": _SHOT}]},
+            {"role": "user", "content": "Thanks. Next one."},
+            {"role": "user", "content": f"What is the weather in {city}?"}]
+
+
 def _calls(url: str) -> dict[str, object]:
     a = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0)
     o = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
@@ -43,17 +60,16 @@ def _calls(url: str) -> dict[str, object]:
         final = s.get_final_message()
     out["an-stream"] = (text, final.stop_reason, [b.model_dump() for b in final.content])
     out["an-count"] = a.messages.count_tokens(model="m", messages=ask, system="Be brief.").input_tokens
-    t = a.messages.create(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice={"type": "any"},
-                          messages=[{"role": "user", "content": "What is the weather in Paris?"}])
+    t = a.messages.create(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice={"type": "auto"},
+                          messages=shots("Paris"))
     uses = [b for b in t.content if b.type == "tool_use"]
     out["an-tools"] = (t.stop_reason, [(b.name, b.input) for b in uses])
-    with a.messages.stream(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice={"type": "any"},
-                           messages=[{"role": "user", "content": "What is the weather in Oslo?"}]) as s:
+    with a.messages.stream(model="m", max_tokens=40, temperature=0, tools=[WEATHER], messages=shots("Oslo")) as s:
         fm = s.get_final_message()
     out["an-tools-stream"] = (fm.stop_reason, [(b.name, b.input) for b in fm.content if b.type == "tool_use"])
     if uses:                               # the tool's result back, as an agent loop does
         r = a.messages.create(model="m", max_tokens=20, temperature=0, tools=[WEATHER], messages=[
-            {"role": "user", "content": "What is the weather in Paris?"},
+            *shots("Paris"),
             {"role": "assistant", "content": [b.model_dump() for b in t.content]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "Rain"}]}])
         out["an-tool-result"] = [b.model_dump() for b in r.content if b.type == "text"]
@@ -63,8 +79,8 @@ def _calls(url: str) -> dict[str, object]:
         kinds = [e.type for e in s]
         fr = s.get_final_response()
     out["rs-stream"] = (kinds, fr.output_text)
-    fc = o.responses.create(model="m", input="What is the weather in Rome?", max_output_tokens=40, temperature=0,
-                            tool_choice="required", tools=[{"type": "function", "name": "get_weather",
+    fc = o.responses.create(model="m", input=rs_shots("Paris"), max_output_tokens=40, temperature=0,
+                            tools=[{"type": "function", "name": "get_weather",
                                                             "description": WEATHER["description"],
                                                             "parameters": WEATHER["input_schema"]}])
     out["rs-tools"] = [(i.type, getattr(i, "name", None), getattr(i, "arguments", None)) for i in fc.output]
@@ -84,10 +100,24 @@ def both(default_model_path: str) -> tuple[dict[str, object], dict[str, object],
         theirs = _calls(real.url)
     with ours(args) as us:
         mine = _calls(us.url)
-        parsed = openai.OpenAI(base_url=us.url + "/v1", api_key="x", max_retries=0).responses.parse(
-            model="m", input="Alice is 31. Give her as JSON.", text_format=Person, max_output_tokens=40,
-            temperature=0)
-    return theirs, mine, parsed
+        o = openai.OpenAI(base_url=us.url + "/v1", api_key="x", max_retries=0)
+        a = anthropic.Anthropic(base_url=us.url, api_key="x", max_retries=0)
+        dev: dict[str, object] = {}
+        dev["parse"] = o.responses.parse(model="m", input="Alice is 31. Give her as JSON.", text_format=Person,
+                                         max_output_tokens=40, temperature=0).output_parsed
+        # forced and named tool choices: a call of that tool (llama-server: text is allowed first)
+        q = [{"role": "user", "content": "What is the weather in Paris?"}]
+        for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
+            m = a.messages.create(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice=choice,
+                                  messages=q)
+            dev[f"an-{choice['type']}"] = [(b.type, getattr(b, "name", None), getattr(b, "input", None))
+                                           for b in m.content]
+        fn = {"type": "function", "name": "get_weather", "description": WEATHER["description"],
+              "parameters": WEATHER["input_schema"]}
+        r = o.responses.create(model="m", input="What is the weather in Paris?", max_output_tokens=40,
+                               temperature=0, tools=[fn], tool_choice={"type": "function", "name": "get_weather"})
+        dev["rs-named"] = [(i.type, getattr(i, "name", None)) for i in r.output]
+    return theirs, mine, dev
 
 
 @pytest.mark.parametrize("call", ["an-create", "an-stream", "an-count", "an-tools", "an-tools-stream",
@@ -106,7 +136,12 @@ def test_the_calls_did_something(both) -> None:
     assert "response.output_text.delta" in theirs["rs-stream"][0] and theirs["rs-create"][0]
 
 
-def test_responses_parse_with_pydantic_on_ours(both) -> None:
-    # ours honours text.format (llama-server ignores it): the SDK's parse gets a validated model
-    _, _, parsed = both
-    assert isinstance(parsed.output_parsed, Person)
+def test_deviations_on_ours(both) -> None:
+    # ours honours text.format (llama-server ignores it): the SDK's parse gets a validated model; a forced or named
+    # tool choice gives that tool's call and nothing else, on Messages and Responses alike
+    _, _, dev = both
+    assert isinstance(dev["parse"], Person)
+    for k in ("an-any", "an-tool"):
+        assert [(t, n) for t, n, _ in dev[k]] == [("tool_use", "get_weather")], dev[k]
+        assert isinstance(dev[k][0][2], dict) and "city" in dev[k][0][2]
+    assert dev["rs-named"] == [("function_call", "get_weather")]

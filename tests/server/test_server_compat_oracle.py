@@ -152,22 +152,32 @@ RS_HISTORY = [
     {"role": "user", "content": "Say it in one sentence."},
 ]
 
+# a few-shot turn (a <tool_call> block as plain content, rendered the same by both servers, as in
+# oracle/cases/server_tools.py) makes the small model call the tool under auto
+_SHOT = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+FEW_SHOT = [{"role": "user", "content": "What is the weather in Rome?"},
+            {"role": "assistant", "content": [{"type": "text", "text": _SHOT}]},
+            {"role": "user", "content": "Thanks. Next one."},
+            {"role": "user", "content": "What is the weather in Paris?"}]
+RS_FEW_SHOT = [{"role": "user", "content": "What is the weather in Rome?"},
+               {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": _SHOT}]},
+               {"role": "user", "content": "Thanks. Next one."},
+               {"role": "user", "content": "What is the weather in Paris?"}]
+
 TOOLS: list[tuple[str, str, object]] = [
-    ("an-tools-any", MSG, _an(tools=[WEATHER], tool_choice={"type": "any"}, messages=PARIS, max_tokens=40)),
-    ("an-tools-any-stream", MSG, _an(tools=[WEATHER], tool_choice={"type": "any"}, messages=PARIS, max_tokens=40,
-                                     stream=True)),
-    ("an-tools-named", MSG, _an(tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"},
-                                messages=PARIS, max_tokens=40)),
-    ("an-tools-auto", MSG, _an(tools=[WEATHER], tool_choice={"type": "auto"}, messages=PARIS, max_tokens=40)),
+    # auto: the few-shot turn makes the model call the tool (tool_use blocks, input_json_delta at index 0 or 1)
+    ("an-tools-auto", MSG, _an(tools=[WEATHER], tool_choice={"type": "auto"}, messages=FEW_SHOT, max_tokens=40)),
+    ("an-tools-auto-stream", MSG, _an(tools=[WEATHER], messages=FEW_SHOT, max_tokens=40, stream=True)),
+    ("an-tools-auto-cut-stream", MSG, _an(tools=[WEATHER], messages=FEW_SHOT, max_tokens=12, stream=True)),
+    ("an-tools-plain", MSG, _an(tools=[WEATHER], tool_choice={"type": "auto"}, messages=PARIS, max_tokens=20)),
     ("an-tools-history", MSG, _an(tools=[WEATHER], messages=AN_HISTORY, max_tokens=30)),
     ("an-tools-history-stream", MSG, _an(tools=[WEATHER], messages=AN_HISTORY, max_tokens=30, stream=True)),
-    ("an-tools-cut-stream", MSG, _an(tools=[WEATHER], tool_choice={"type": "any"}, messages=PARIS, max_tokens=8,
-                                     stream=True)),
     ("an-tools-count", COUNT, _an(tools=[WEATHER], messages=AN_HISTORY)),
-    ("rs-tools-required", RESP, _rs(tools=[RS_WEATHER], tool_choice="required", input=PARIS,
-                                    max_output_tokens=40)),
-    ("rs-tools-required-stream", RESP, _rs(tools=[RS_WEATHER], tool_choice="required", input=PARIS,
-                                           max_output_tokens=40, stream=True)),
+    # required as llama-server has it (our "llama_server_compat", which llama-server ignores; Responses keeps it)
+    ("rs-tools-required", RESP, _rs(tools=[RS_WEATHER], tool_choice="required", input=PARIS, max_output_tokens=40,
+                                    llama_server_compat=True)),
+    ("rs-tools-auto", RESP, _rs(tools=[RS_WEATHER], input=RS_FEW_SHOT, max_output_tokens=40)),
+    ("rs-tools-auto-stream", RESP, _rs(tools=[RS_WEATHER], input=RS_FEW_SHOT, max_output_tokens=40, stream=True)),
     ("rs-tools-history", RESP, _rs(tools=[RS_WEATHER], input=RS_HISTORY, max_output_tokens=30)),
     ("rs-tools-history-stream", RESP, _rs(tools=[RS_WEATHER], input=RS_HISTORY, max_output_tokens=30, stream=True)),
     ("rs-tools-web-search-skipped", RESP, _rs(tools=[{"type": "web_search"}], max_output_tokens=4)),
@@ -250,6 +260,18 @@ def test_the_cases_reach_the_fence_and_the_whitespace(request) -> None:
         if r.lstrip().startswith("```json") and "stream" not in c:
             content = json.loads(pairs[c][0][2])["choices"][0]["message"]["content"]
             assert "```" not in content and content == content.strip(), (c, content)
+
+
+
+def test_the_cases_reach_tools_and_thinking(request) -> None:
+    # llama-server's answers in the tools and thinking set-ups carry what they are there for
+    tools = _pairs_for(request, "tools")
+    assert '"type":"tool_use"' in tools["an-tools-auto"][0][2].decode()
+    assert b"input_json_delta" in tools["an-tools-auto-stream"][0][2]
+    assert b"response.function_call_arguments.delta" in tools["rs-tools-auto-stream"][0][2]
+    think = _pairs_for(request, "think")
+    assert b'"type":"thinking"' in think["an-think"][0][2] and b"thinking_delta" in think["an-think-stream"][0][2]
+    assert b"response.reasoning_text.delta" in think["rs-reason-split-stream"][0][2]
 
 
 GCP_CASES: list[tuple[str, object]] = [
