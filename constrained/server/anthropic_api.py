@@ -149,8 +149,6 @@ def anthropic_to_chat(body: Any) -> dict[str, Any]:
             out["tool_choice"] = {"type": "function", "function": {"name": tc["name"]}}
         elif t in ("any", "tool"):
             out["tool_choice"] = "required"
-        if tc.get("disable_parallel_tool_use") is True and "tool_choice" in out:
-            out["parallel_tool_calls"] = False
     if "stop_sequences" in body:
         out["stop"] = body["stop_sequences"]
     out["max_tokens"] = body["max_tokens"] if "max_tokens" in body else 4096
