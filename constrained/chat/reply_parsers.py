@@ -30,6 +30,7 @@ from .peg import (
     _Choice,
     _End,
     _Eps,
+    _json,
     _Lit,
     _Mapper,
     _Not,
@@ -39,7 +40,6 @@ from .peg import (
     _Seq,
     _Space,
     _Until,
-    _json,
     _Wrap,
 )
 from .stream_diff import compute_diffs
