@@ -156,8 +156,8 @@ def build_app(state: ServerState) -> Starlette:
         ]
         text = "".join(f"# HELP llamacpp:{n} {h}\n# TYPE llamacpp:{n} {t}\nllamacpp:{n} {v:g}\n"
                        for n, t, h, v in rows)
-        return Response(text.encode(), media_type="text/plain; version=0.0.4",
-                        headers={"Process-Start-Time-Unix": str(state.t_start)})
+        return Response(text.encode(), headers={"Content-Type": "text/plain; version=0.0.4",   # no charset
+                                                "Process-Start-Time-Unix": str(state.t_start)})
 
     async def tokenize(request: Request) -> Response:
         data = await read_body(request)

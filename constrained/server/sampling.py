@@ -164,7 +164,6 @@ class SlotSampling:
             probs = probs[: len(probs) - min(len(probs), k)]
         n_tokens_cached = len(s.tokens)
         self.metrics["tokens_predicted_total"] += s.n_decoded
-        self.metrics["n_tokens_max"] = max(self.metrics["n_tokens_max"], n_tokens_cached + 1)
         if s.n_decoded > 1:
             self.metrics["tokens_predicted_seconds_total"] += s.t_gen_last - s.t_prompt_done
             self.metrics["tokens_predicted_steps_total"] = (self.metrics.get("tokens_predicted_steps_total", 0)

@@ -274,17 +274,21 @@ def test_the_cases_reach_tools_and_thinking(request) -> None:
     assert b"response.reasoning_text.delta" in think["rs-reason-split-stream"][0][2]
 
 
+# one generating instance per request: llama-server runs a request's instances concurrently, so the slot's prompt
+# cache would depend on which finished last
 GCP_CASES: list[tuple[str, object]] = [
     ("predict", {"instances": [
-        {"@requestFormat": "chatCompletions", "max_tokens": 4, "temperature": 0, "cache_prompt": False,
-         "messages": ASK},
+        {"@requestFormat": "chatCompletions", "max_tokens": 4, "temperature": 0, "messages": ASK},
         {"@requestFormat": "/apply-template", "messages": ASK},
         {"@requestFormat": "tokenize", "content": "Hi"},
-        {"@requestFormat": "completions", "prompt": "Hi", "max_tokens": 2, "temperature": 0, "stream": True,
-         "cache_prompt": False},
         {"@requestFormat": "nope"}, 5, {"x": 1},
-        {"@requestFormat": "chatCompletions", "messages": "bad"},
-        {"@requestFormat": "messages", "max_tokens": 3, "temperature": 0, "messages": ASK}]}),
+        {"@requestFormat": "chatCompletions", "messages": "bad"}]}),
+    ("predict-completions-stream-off", {"instances": [
+        {"@requestFormat": "completions", "prompt": "Hi", "max_tokens": 2, "temperature": 0, "stream": True}]}),
+    ("predict-messages", {"instances": [{"@requestFormat": "messages", "max_tokens": 3, "temperature": 0,
+                                         "messages": ASK}]}),
+    ("predict-path", {"instances": [{"@requestFormat": "/v1/responses", "input": "Hi", "max_output_tokens": 2,
+                                     "temperature": 0}]}),
     ("predict-not-array", {"instances": 3}),
     ("predict-not-object", [1]),
     ("predict-too-many", {"instances": [{"@requestFormat": "tokenize", "content": "a"}] * 129}),
@@ -304,3 +308,47 @@ def test_gcp_predict_as_llama_server(default_model_path: str, monkeypatch) -> No
             got[who] = [raw(srv, "POST", "/predict", b) for _, b in GCP_CASES] + [raw(srv, "GET", "/ping")]
     for (rs, rh, rb), (us, uh, ub) in zip(got["real"], got["ours"], strict=True):
         assert (us, normalize_ids(body_of(ub, uh))) == (rs, normalize_ids(body_of(rb, rh)))
+
+
+def _metrics(text: str) -> dict[str, tuple[str, str, float]]:
+    out: dict[str, list] = {}
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            name, help_ = line[7:].split(" ", 1)
+            out[name] = [help_, "", None]
+        elif line.startswith("# TYPE "):
+            name, kind = line[7:].split(" ", 1)
+            out[name][1] = kind
+        elif line and not line.startswith("#"):
+            name, v = line.rsplit(" ", 1)
+            out[name][2] = float(v)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+VARYING = ("seconds",)          # times and rates differ between two runs
+
+
+def test_metrics_as_llama_server(default_model_path: str) -> None:
+    # /metrics: the same names, help texts, types, and counts after the same requests (times and rates aside)
+    args = [*_args(default_model_path, []), "--metrics"]
+    got = {}
+    for who, cls in (("real", LlamaServer), ("ours", ours)):
+        with cls(args) as srv:
+            first = raw(srv, "GET", "/metrics")
+            for b in ({"prompt": "The capital of France is", "n_predict": 6, "temperature": 0},
+                      {"prompt": "The capital of France is", "n_predict": 4, "temperature": 0},
+                      {"prompt": "Once upon a time", "n_predict": 1, "temperature": 0}):
+                assert raw(srv, "POST", "/completion", b)[0] == 200
+            got[who] = (first, raw(srv, "GET", "/metrics"), raw(srv, "GET", "/metrics"))
+    for (rs, rh, rb), (us, uh, ub) in zip(got["real"], got["ours"], strict=True):
+        assert (us, uh["content-type"]) == (rs, rh["content-type"])
+        assert ("process-start-time-unix" in uh) == ("process-start-time-unix" in rh)
+        real, mine = _metrics(rb.decode()), _metrics(ub.decode())
+        assert list(mine) == list(real)
+        for name, (help_, kind, v) in real.items():
+            mh, mk, mv = mine[name]
+            assert (mh, mk) == (help_, kind), name
+            if any(w in name for w in VARYING):
+                assert mv >= 0 and (mv > 0) == (v > 0), (name, mv, v)
+            else:
+                assert mv == v, (name, mv, v)
