@@ -10,7 +10,9 @@ tools, ``max_output_tokens``; every other field kept) and read by the chat path;
 ``response.output_text.done``, ``response.content_part.done``, ``response.output_item.done``,
 ``response.completed``; server-task.cpp:607-713, 1160-1318), each as ``event:`` + ``data:`` lines, no ``[DONE]``.
 
-Deviations (ours better, the same on the three chat APIs): ``text.format`` (``json_schema`` / ``json_object``)
+Deviations (ours better, the same on the three chat APIs where they apply): the stream events also carry
+``sequence_number`` and, for an output item's events, ``output_index`` / ``content_index`` (llama-server's have
+none, and the OpenAI SDK's ``responses.stream`` accumulator fails without them); ``text.format`` (``json_schema`` / ``json_object``)
 constrains the answer as ``response_format`` does on the chat route (llama-server ignores ``text``); a named
 ``tool_choice`` (``{"type": "function", "name": N}``) forces that tool.
 
@@ -232,6 +234,31 @@ class _State:
         self.thinking = False
         self.text = False
         self.fc_id = ""
+        # ours: the SDK stream accumulator's positions (output_index per item, content_index, sequence_number)
+        self.seq = 0
+        self.n_items = 0
+        self.index: dict[str, int] = {}
+
+    def item_index(self, key: str) -> int:
+        if key not in self.index:
+            self.index[key] = self.n_items
+            self.n_items += 1
+        return self.index[key]
+
+    def events(self, ev: list[tuple[str, dict[str, Any]]], keys: list[str | None]) -> bytes:
+        """The SSE bytes of ``ev``, each event with its ``sequence_number`` and, where it concerns an output item
+        (``keys``), ``output_index`` (and ``content_index`` 0 for text events)."""
+        out = []
+        for (name, data), key in zip(ev, keys, strict=True):
+            data = dict(data)
+            if key is not None:
+                data["output_index"] = self.item_index(key)
+                if name.startswith(("response.output_text.", "response.content_part.", "response.reasoning_text.")):
+                    data["content_index"] = 0
+            data["sequence_number"] = self.seq
+            self.seq += 1
+            out.append(sse_event(name, data))
+        return b"".join(out)
 
 
 class ResponsesShape:
@@ -277,6 +304,7 @@ class ResponsesShape:
         elif progress:
             ev.append(("response.in_progress", {"type": "response.in_progress", "response": dict(head)}))
         thinking, text = st.thinking, st.text
+        keys: list[str | None] = [None] * len(ev)
         for d in diffs:
             r, c, _, name, args, cid = delta_parts(d)
             if r:
@@ -287,6 +315,7 @@ class ResponsesShape:
                     thinking = True
                 ev.append(("response.reasoning_text.delta", {"type": "response.reasoning_text.delta", "delta": r,
                                                              "item_id": st.reasoning_id}))
+                keys += ["reasoning"] * (len(ev) - len(keys))
             if c:
                 if not text:
                     ev.append(("response.output_item.added", {"type": "response.output_item.added", "item": {
@@ -298,14 +327,17 @@ class ResponsesShape:
                     text = True
                 ev.append(("response.output_text.delta", {"type": "response.output_text.delta",
                                                           "item_id": st.message_id, "delta": c}))
+                keys += ["message"] * (len(ev) - len(keys))
             if name:
                 ev.append(("response.output_item.added", {"type": "response.output_item.added", "item": {
                     "id": "fc_" + cid, "arguments": "", "call_id": "call_" + cid, "name": name,
                     "type": "function_call", "status": "in_progress"}}))
                 st.fc_id = cid
+                keys.append("fc_" + cid)
             if args:
                 ev.append(("response.function_call_arguments.delta", {
                     "type": "response.function_call_arguments.delta", "delta": args, "item_id": "fc_" + st.fc_id}))
+                keys.append("fc_" + st.fc_id)
         if ev:
             if e.timings is not None:
                 ev[-1][1]["timings"] = e.timings
@@ -318,20 +350,23 @@ class ResponsesShape:
             r, c, *_ = delta_parts(d)
             st.thinking = st.thinking or bool(r)
             st.text = st.text or bool(c)
-        return b"".join(sse_event(n, d) for n, d in ev)
+        return st.events(ev, keys)
 
     def stream_final(self, f: Final, msg: dict[str, Any], diffs: list[dict[str, Any]], model: str,
                      cmpl_id: str) -> bytes:
         """``to_json_oaicompat_resp_stream``: the items' ``done`` events and ``response.completed``."""
         st = self._st(f.task.index)
         ev: list[tuple[str, dict[str, Any]]] = []
+        keys: list[str | None] = []
         output: list[dict[str, Any]] = []
         if msg.get("reasoning_content"):
+            keys.append("reasoning")
             item = {"id": st.reasoning_id, "summary": [], "type": "reasoning",
                     "content": [{"text": msg["reasoning_content"], "type": "reasoning_text"}], "encrypted_content": ""}
             ev.append(("response.output_item.done", {"type": "response.output_item.done", "item": item}))
             output.append(item)
         if msg.get("content"):
+            keys += ["message"] * 3
             ev.append(("response.output_text.done", {"type": "response.output_text.done", "item_id": st.message_id,
                                                      "text": msg["content"]}))
             part = {"type": "output_text", "annotations": [], "logprobs": [], "text": msg["content"]}
@@ -343,13 +378,15 @@ class ResponsesShape:
             output.append(item)
         for tc in msg.get("tool_calls") or []:
             item = _call_item(tc)
+            keys.append(item["id"])
             ev.append(("response.output_item.done", {"type": "response.output_item.done", "item": item}))
             output.append(item)
+        keys.append(None)
         ev.append(("response.completed", {"type": "response.completed", "response": {
             "id": st.resp_id, "object": "response", "created_at": _now(), "status": "completed", "model": model,
             "output": output, "usage": _usage(f)}}))
         ev[-1][1]["timings"] = f.timings
-        return b"".join(sse_event(n, d) for n, d in ev)
+        return st.events(ev, keys)
 
     def stream_error(self, err: HttpError) -> bytes:
         """An error after the first result: ``data: {"error": ...}`` (``format_oai_sse``)."""

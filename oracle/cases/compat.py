@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 ID_KEYS = {"id", "item_id", "call_id"}
+# ours adds these to the Responses stream events (the OpenAI SDK's stream helper needs them); llama-server has none
+RESPONSES_EXTRA = {"sequence_number", "output_index", "content_index"}
 DROP = {"created", "created_at", "completed_at", "timings", "time_ms", "id_task", "media_marker"}
 
 
@@ -41,6 +43,19 @@ def body_of(payload: bytes, headers: dict[str, str]) -> Any:
         return json.loads(payload)
     except ValueError:
         return payload.decode("utf-8", "replace")
+
+
+def without_responses_extras(v: Any) -> Any:
+    """A Responses event list without :data:`RESPONSES_EXTRA` (other values, and the entries' types, unchanged)."""
+    if not isinstance(v, list):
+        return v
+    out = []
+    for e in v:
+        if (isinstance(e, (tuple, list)) and len(e) == 2 and isinstance(e[0], str)
+                and e[0].startswith("response.") and isinstance(e[1], dict)):
+            e = type(e)([e[0], {k: x for k, x in e[1].items() if k not in RESPONSES_EXTRA}])
+        out.append(e)
+    return out
 
 
 def normalize_ids(v: Any) -> Any:

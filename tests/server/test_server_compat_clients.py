@@ -26,6 +26,9 @@ WEATHER = {"name": "get_weather", "description": "Current weather for a city",
                             "required": ["city"]}}
 
 
+T0 = {"temperature": 0}      # this anthropic client's stream() has no temperature argument: sent as extra body
+
+
 class Person(BaseModel):
     name: str
     age: int
@@ -53,32 +56,39 @@ def _calls(url: str) -> dict[str, object]:
     o = openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0)
     out: dict[str, object] = {}
     ask = [{"role": "user", "content": "Name a colour."}]
-    m = a.messages.create(model="m", max_tokens=12, temperature=0, system="You answer briefly.", messages=ask)
+    m = a.messages.create(model="m", max_tokens=12, extra_body=T0, system="You answer briefly.", messages=ask)
     out["an-create"] = (m.stop_reason, [b.model_dump() for b in m.content], m.usage.output_tokens)
-    with a.messages.stream(model="m", max_tokens=12, temperature=0, messages=ask) as s:
+    with a.messages.stream(model="m", max_tokens=12, extra_body=T0, messages=ask) as s:
         text = "".join(s.text_stream)
         final = s.get_final_message()
     out["an-stream"] = (text, final.stop_reason, [b.model_dump() for b in final.content])
     out["an-count"] = a.messages.count_tokens(model="m", messages=ask, system="Be brief.").input_tokens
-    t = a.messages.create(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice={"type": "auto"},
+    t = a.messages.create(model="m", max_tokens=40, extra_body=T0, tools=[WEATHER], tool_choice={"type": "auto"},
                           messages=shots("Paris"))
     uses = [b for b in t.content if b.type == "tool_use"]
     out["an-tools"] = (t.stop_reason, [(b.name, b.input) for b in uses])
-    with a.messages.stream(model="m", max_tokens=40, temperature=0, tools=[WEATHER], messages=shots("Oslo")) as s:
+    with a.messages.stream(model="m", max_tokens=40, extra_body=T0, tools=[WEATHER], messages=shots("Oslo")) as s:
         fm = s.get_final_message()
     out["an-tools-stream"] = (fm.stop_reason, [(b.name, b.input) for b in fm.content if b.type == "tool_use"])
     if uses:                               # the tool's result back, as an agent loop does
-        r = a.messages.create(model="m", max_tokens=20, temperature=0, tools=[WEATHER], messages=[
+        r = a.messages.create(model="m", max_tokens=20, extra_body=T0, tools=[WEATHER], messages=[
             *shots("Paris"),
             {"role": "assistant", "content": [b.model_dump() for b in t.content]},
             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "Rain"}]}])
         out["an-tool-result"] = [b.model_dump() for b in r.content if b.type == "text"]
     rs = o.responses.create(model="m", input="Name a colour.", max_output_tokens=12, temperature=0)
     out["rs-create"] = (rs.output_text, rs.status, rs.usage.output_tokens)
-    with o.responses.stream(model="m", input="Name a fruit.", max_output_tokens=12, temperature=0) as s:
-        kinds = [e.type for e in s]
-        fr = s.get_final_response()
-    out["rs-stream"] = (kinds, fr.output_text)
+    raw_events = list(o.responses.create(model="m", input="Name a fruit.", max_output_tokens=12, temperature=0,
+                                         stream=True))
+    out["rs-stream-raw"] = ([e.type for e in raw_events],
+                            "".join(e.delta for e in raw_events if e.type == "response.output_text.delta"))
+    try:              # the SDK's accumulating helper needs output_index / sequence_number (ours only)
+        with o.responses.stream(model="m", input="Name a fruit.", max_output_tokens=12, temperature=0) as s:
+            kinds = [e.type for e in s]
+            fr = s.get_final_response()
+        out["rs-stream"] = (kinds, fr.output_text)
+    except (TypeError, RuntimeError) as e:
+        out["rs-stream"] = ("failed", type(e).__name__)
     fc = o.responses.create(model="m", input=rs_shots("Paris"), max_output_tokens=40, temperature=0,
                             tools=[{"type": "function", "name": "get_weather",
                                                             "description": WEATHER["description"],
@@ -108,7 +118,7 @@ def both(default_model_path: str) -> tuple[dict[str, object], dict[str, object],
         # forced and named tool choices: a call of that tool (llama-server: text is allowed first)
         q = [{"role": "user", "content": "What is the weather in Paris?"}]
         for choice in ({"type": "any"}, {"type": "tool", "name": "get_weather"}):
-            m = a.messages.create(model="m", max_tokens=40, temperature=0, tools=[WEATHER], tool_choice=choice,
+            m = a.messages.create(model="m", max_tokens=40, extra_body=T0, tools=[WEATHER], tool_choice=choice,
                                   messages=q)
             dev[f"an-{choice['type']}"] = [(b.type, getattr(b, "name", None), getattr(b, "input", None))
                                            for b in m.content]
@@ -121,7 +131,7 @@ def both(default_model_path: str) -> tuple[dict[str, object], dict[str, object],
 
 
 @pytest.mark.parametrize("call", ["an-create", "an-stream", "an-count", "an-tools", "an-tools-stream",
-                                  "an-tool-result", "rs-create", "rs-stream", "rs-tools", "rs-input-tokens",
+                                  "an-tool-result", "rs-create", "rs-stream-raw", "rs-tools", "rs-input-tokens",
                                   "chat-parse-stream"])
 def test_client_sees_the_same(both, call: str) -> None:
     theirs, mine, _ = both
@@ -133,7 +143,16 @@ def test_the_calls_did_something(both) -> None:
     assert theirs["an-tools"][0] == "tool_use" and theirs["an-tools"][1][0][0] == "get_weather"
     assert theirs["rs-tools"][0][0] == "function_call"
     assert isinstance(theirs["chat-parse-stream"], Person)
-    assert "response.output_text.delta" in theirs["rs-stream"][0] and theirs["rs-create"][0]
+    assert "response.output_text.delta" in theirs["rs-stream-raw"][0] and theirs["rs-create"][0]
+
+
+def test_responses_stream_helper(both) -> None:
+    # client.responses.stream() accumulates by output_index: llama-server's events have none and the helper fails
+    # there; ours carries the positions, and the helper gives what the raw events give
+    theirs, mine, _ = both
+    assert theirs["rs-stream"][0] == "failed"
+    kinds, text = mine["rs-stream"]
+    assert kinds == mine["rs-stream-raw"][0] and text == mine["rs-stream-raw"][1] == theirs["rs-stream-raw"][1]
 
 
 def test_deviations_on_ours(both) -> None:
