@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..chat.reply_parsers import ContentParser
+from ..chat.reply_parsers import ContentParser, message_json
 from .batch import user_message_starts
 from .bodies import error_response, json_response
 from .errors import HttpError
@@ -143,7 +143,11 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
             objs = []
             for f in ordered:
                 prs = (parser_factory or ContentParser)()
-                msg, _ = prs.update(f.content.decode("utf-8", "replace"), False)
+                text = f.content.decode("utf-8", "replace")
+                msg, _ = prs.update(text, False)
+                if not (msg.get("content") or msg.get("reasoning_content") or msg.get("tool_calls")):
+                    # to_json_oaicompat_chat / _resp / _anthropic: an empty parsed message is the raw text
+                    msg = message_json(text)
                 objs.append(shape.final(f, msg, model, cmpl_id) if shape is not None else
                             chat_final(f, msg, model, cmpl_id, fp, created, verbose_of(f)))
             body = objs[0]

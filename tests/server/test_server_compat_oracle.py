@@ -279,8 +279,9 @@ def test_the_cases_reach_the_fence_and_the_whitespace(request) -> None:
     assert sum(r.lstrip().startswith("```json") for r in raws.values()) >= 4, raws
     assert any(c.startswith("rf-cut") and r.lstrip().startswith("```json") for c, r in raws.items()), raws
     assert any(r[:1].isspace() for r in raws.values()), raws
-    for c, r in raws.items():                   # and the content llama-server answered is not the raw text
-        if r.lstrip().startswith("```json") and "stream" not in c:
+    for c, r in raws.items():                   # and the content llama-server answered is not the raw text (unless
+        # the reply stops before the JSON starts: an empty parsed message is answered as the raw text)
+        if r.lstrip().startswith("```json") and "stream" not in c and "{" in r:
             content = json.loads(pairs[c][0][2])["choices"][0]["message"]["content"]
             assert "```" not in content and content == content.strip(), (c, content)
 
