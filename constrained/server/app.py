@@ -156,8 +156,10 @@ def build_app(state: ServerState) -> Starlette:
         ]
         text = "".join(f"# HELP llamacpp:{n} {h}\n# TYPE llamacpp:{n} {t}\nllamacpp:{n} {v:g}\n"
                        for n, t, h, v in rows)
-        return Response(text.encode(), headers={"Content-Type": "text/plain; version=0.0.4",   # no charset
-                                                "Process-Start-Time-Unix": str(state.t_start)})
+        resp = Response(text.encode(), headers={"Content-Type": "text/plain; version=0.0.4"})     # no charset
+        # the header's name cased as llama-server sends it (clients reading a plain dict look it up so)
+        resp.raw_headers.append((b"Process-Start-Time-Unix", str(state.t_start).encode()))
+        return resp
 
     async def tokenize(request: Request) -> Response:
         data = await read_body(request)

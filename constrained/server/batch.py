@@ -115,6 +115,9 @@ class BatchStep:
                     self._prompt_clear(s)
             return
         t1 = time.perf_counter()
+        for s in self.slots:                  # set_prompt_last: a slot's prompt time runs to its latest batch
+            if s.state in ("prompt", "done_prompt") and s.task is not None:
+                s.t_prompt_done = t1
         for s in self.slots:                  # the prompt progress of every slot on its prompt (server-context.cpp)
             if (s.state in ("prompt", "done_prompt") and s.task is not None and s.task.params.stream
                     and s.task.params.return_progress):
