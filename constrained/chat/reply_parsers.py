@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +30,7 @@ from .peg import (
     _Choice,
     _End,
     _Eps,
+    _json,
     _Lit,
     _Mapper,
     _Not,
@@ -78,30 +78,64 @@ class ContentParser:
 
 
 class ResponseFormatParser(ContentParser):
-    """The PEG parser's reading of a ``response_format`` answer: the JSON, without the optional ```` ```json ````
-    fence and the whitespace around it."""
+    """The PEG parser the autoparser builds for a ``response_format`` answer (chat-auto-parser-generator.cpp:
+    ``build_parser``): the generation prompt up to the reasoning start, optional whitespace, the reasoning block
+    when the template has one (and ``reasoning_format`` is not ``none``), whitespace, then the JSON either in a
+    ```` ```json ```` fence or bare, whitespace, the end. The content is the JSON text alone (``p.content`` wraps
+    ``p.json()``): the fence and the whitespace around it are never content, also in a stream (a partial fence
+    gives no update) and in a reply cut inside the fence (the parse is lenient: an incomplete JSON is read as far
+    as it goes). A final reply it rejects is answered whole as content with ``parse_error`` set (llama-server:
+    HTTP 500), as :class:`AutoChatParser` does.
+
+    >>> p = ResponseFormatParser()
+    >>> [p.update(t, True)[1] for t in ("``", "`json\\n{", '"a": 1')], p.update("}\\n```", False)
+    ([[], [{'content': '{'}], [{'content': '"a": 1'}]], ({'role': 'assistant', 'content': '{"a": 1}'}, [{'content': '}'}]))
+    """
+
+    def __init__(self, spec: ReplySpec | None = None, generation_prompt: str = "") -> None:
+        super().__init__()
+        spec = spec or ReplySpec(generation_prompt)
+        extracting = spec.extract and spec.mode != "none"
+
+        class _Fmt:
+            reasoning = (spec.start, spec.end) if extracting and spec.end else None
+
+        rp = _reasoning(_Fmt) if _Fmt.reasoning else _Eps()
+        js = _Wrap(CONTENT, _json())
+        body = _Seq(rp, _Space(), _Choice(_Seq(_Lit("```json"), _Space(), js, _Space(), _Lit("```")),
+                                          _Seq(_Space(), js, _Space())), _End())
+        rs = spec.start.strip(_WS)                              # p.prefix(generation_prompt, trim(start)) << ...
+        gp = spec.generation_prompt
+        prefix = gp[:gp.find(rs)] if rs and rs in gp else gp
+        self.peg: _P = _Seq(_Lit(prefix), _Space(), body) if prefix else _Seq(_Space(), body)
+        self.input_prefix = generation_prompt
+        self.msg = ChatMessage()
+        self.parse_error: str | None = None
 
     def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.text += added
-        body = self.text.lstrip()
-        if body.startswith("```json"):
-            body = body[len("```json"):].lstrip()
-            if not is_partial and body.rstrip().endswith("```"):
-                body = body.rstrip()[:-3]
-        try:                               # once the JSON is complete, what follows is the grammar's space
-            json.loads(body)
-            complete = True
-        except ValueError:
-            complete = False
-        if complete:
-            body = body.rstrip()
-        elif not is_partial:               # no complete JSON: the parser gives the text back as it is
-            body = self.text
+        r = self.peg.parse(self.input_prefix + self.text, 0)
+        if r.type == FAIL:
+            if is_partial:                  # a FAIL carries no nodes (common_chat_peg_parse): no update
+                return self._json(), []
+            self.parse_error = PEG_FAIL
+            new = ChatMessage(self.text)
+        else:
+            m = _Mapper()
+            for n in r.nodes:
+                m.visit(n)
+            new = m.finish()
         diffs: list[dict[str, Any]] = []
-        if body.startswith(self.sent) and len(body) > len(self.sent):
-            diffs.append({"content": body[len(self.sent):]})
-            self.sent = body
-        return message_json(body), diffs
+        if not new.empty():
+            diffs = compute_diffs(self.msg, new)
+            self.msg = new
+        return self._json(), diffs
+
+    def _json(self) -> dict[str, Any]:
+        m = message_json(self.msg.content, self.msg.reasoning_content)
+        if self.parse_error:
+            m["parse_error"] = self.parse_error
+        return m
 
 
 @dataclass

@@ -24,10 +24,12 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
+from .anthropic_api import AnthropicShape, anthropic_to_chat
 from .bodies import error_response, json_response, read_body, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
+from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
 from .state import ServerState
 from .task import TaskParams
@@ -112,11 +114,20 @@ def build_app(state: ServerState) -> Starlette:
             return error_response(HttpError("no slot available", "unavailable_error"))
         return json_response(arr)
 
+    scrape_window: dict[str, float] = {}
+
     async def metrics(request: Request) -> Response:
         if not cfg.endpoint_metrics:
             return error_response(HttpError("This server does not support metrics endpoint. Start it with `--metrics`",
                                   "not_supported_error"))
-        m = eng.metrics
+        m = dict(eng.metrics)
+        # the rate gauges cover the window since the previous scrape (server_metrics::reset_bucket)
+        last = scrape_window
+        d_pt, d_ps = m["prompt_tokens_total"] - last.get("pt", 0), m["prompt_seconds_total"] - last.get("ps", 0.0)
+        d_gs = m.get("tokens_predicted_steps_total", 0) - last.get("gs", 0)
+        d_gt = m["tokens_predicted_seconds_total"] - last.get("gt", 0.0)
+        scrape_window.update(pt=m["prompt_tokens_total"], ps=m["prompt_seconds_total"],
+                             gs=m.get("tokens_predicted_steps_total", 0), gt=m["tokens_predicted_seconds_total"])
         rows = [
             ("prompt_tokens_total", "counter", "Number of prompt tokens processed, excluding cached tokens",
              m["prompt_tokens_total"]),
@@ -131,13 +142,27 @@ def build_app(state: ServerState) -> Starlette:
              "and multimodal decoding", m["n_decode_total"]),
             ("n_tokens_max", "counter", "Largest observed sequence length (prompt + generation)",
              m["n_tokens_max"]),
-            ("requests_processing", "gauge", "Number of requests processing.", m["requests_processing"]),
-            ("requests_deferred", "gauge", "Number of requests deferred.", m["requests_deferred"]),
+            # no speculative decoding here: the counters stay 0
+            ("spec_decode_num_draft_tokens_total", "counter", "Speculative: Total draft tokens generated", 0),
+            ("spec_decode_num_accepted_tokens_total", "counter",
+             "Speculative: Total draft tokens accepted by the target model", 0),
+            ("spec_decode_num_drafts_total", "counter", "Speculative: Total speculative decoding verification steps",
+             0),
+            ("prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s",
+             d_pt / d_ps if d_ps > 0 else 0.0),
+            ("predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s",
+             d_gs / d_gt if d_gt > 0 else 0.0),
+            ("requests_processing", "gauge", "Number of requests processing", m["requests_processing"]),
+            ("requests_deferred", "gauge", "Number of requests deferred", m["requests_deferred"]),
+            ("n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+             m.get("n_busy_slots_total", 0) / max(m["n_decode_total"], 1)),
         ]
         text = "".join(f"# HELP llamacpp:{n} {h}\n# TYPE llamacpp:{n} {t}\nllamacpp:{n} {v:g}\n"
                        for n, t, h, v in rows)
-        return Response(text.encode(), media_type="text/plain; version=0.0.4",
-                        headers={"Process-Start-Time-Unix": str(state.t_start)})
+        resp = Response(text.encode(), headers={"Content-Type": "text/plain; version=0.0.4"})     # no charset
+        # the header's name cased as llama-server sends it (clients reading a plain dict look it up so)
+        resp.raw_headers.append((b"Process-Start-Time-Unix", str(state.t_start).encode()))
+        return resp
 
     async def tokenize(request: Request) -> Response:
         data = await read_body(request, cfg.max_body)
@@ -181,7 +206,9 @@ def build_app(state: ServerState) -> Starlette:
 
     async def chat_body(request: Request) -> dict[str, Any]:
         # oaicompat_chat_params_parse on the request body: the prompt and the completion fields of a chat request
-        data = await read_body(request, cfg.max_body)
+        return await chat_of(request, await read_body(request, cfg.max_body))
+
+    async def chat_of(request: Request, data: Any) -> dict[str, Any]:
         if not isinstance(data, dict):            # body.contains("messages") is false for any non-object
             raise HttpError("'messages' is required", "invalid_request_error")
         msgs = data.get("messages")
@@ -210,6 +237,28 @@ def build_app(state: ServerState) -> Starlette:
     async def chat_input_tokens(request: Request) -> Response:
         # handle_count_tokens (OAI chat): the prompt's token count, tokenize_mixed with special tokens
         prompt = (await chat_body(request))["prompt"]
+        n = len(await offload(eng.tokenize_prompt, prompt, heavy=len(prompt) >= HEAVY_BYTES))
+        return json_response({"input_tokens": n, "object": "response.input_tokens"})
+
+    # Anthropic Messages and OpenAI Responses: converted to a chat body, answered in their own shapes
+    async def converted_body(request: Request, convert: Any) -> dict[str, Any]:
+        return await chat_of(request, convert(await read_body(request, cfg.max_body)))
+
+    async def anthropic_messages(request: Request) -> Response:
+        body = await converted_body(request, anthropic_to_chat)
+        return await run_completion(state, request, body, "chat", parser_for(body), log, shape=AnthropicShape())
+
+    async def anthropic_count_tokens(request: Request) -> Response:
+        prompt = (await converted_body(request, anthropic_to_chat))["prompt"]
+        n = len(await offload(eng.tokenize_prompt, prompt, heavy=len(prompt) >= HEAVY_BYTES))
+        return json_response({"input_tokens": n})
+
+    async def responses(request: Request) -> Response:
+        body = await converted_body(request, responses_to_chat)
+        return await run_completion(state, request, body, "chat", parser_for(body), log, shape=ResponsesShape())
+
+    async def responses_input_tokens(request: Request) -> Response:
+        prompt = (await converted_body(request, responses_to_chat))["prompt"]
         n = len(await offload(eng.tokenize_prompt, prompt, heavy=len(prompt) >= HEAVY_BYTES))
         return json_response({"input_tokens": n, "object": "response.input_tokens"})
 
@@ -274,6 +323,10 @@ def build_app(state: ServerState) -> Starlette:
         Route("/apply-template", wrap(apply_template), methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
         Route("/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
+        Route("/v1/messages", wrap(anthropic_messages), methods=["POST"]),
+        Route("/v1/messages/count_tokens", wrap(anthropic_count_tokens), methods=["POST"]),
+        Route("/v1/responses", wrap(responses), methods=["POST"]), Route("/responses", wrap(responses), methods=["POST"]),
+        Route("/v1/responses/input_tokens", wrap(responses_input_tokens), methods=["POST"]),
         # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
         # --slot-save-path (refused): llama-server's 501s
         *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),
@@ -288,7 +341,15 @@ def build_app(state: ServerState) -> Starlette:
         Route("/tools", wrap(feature_disabled), methods=["GET", "POST"]),
     ]
     inner = Starlette(routes=routes)
-    paths = {r.path for r in routes}
+    from .gcp_api import gcp_enabled, gcp_routes, predict_handler
+
+    if gcp_enabled():                      # Vertex AI: AIP_MODE=PREDICTION adds the predict route (and a health alias)
+        predict, health_alias = gcp_routes()
+        posts = [r.path for r in routes if "POST" in (r.methods or ())]
+        inner.router.routes.append(Route(predict, wrap(predict_handler(inner, posts)), methods=["POST"]))
+        if health_alias:
+            inner.router.routes.append(Route(health_alias, wrap(health), methods=["GET"]))
+    paths = {r.path for r in inner.router.routes}
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":

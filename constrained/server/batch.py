@@ -103,6 +103,10 @@ class BatchStep:
         while rc == 1 and self._clear_idle_slot():   # no room in the KV cache: purge an idle slot, retry
             rc = L.llama_decode(self.ctx, b)
         self.metrics["n_decode_total"] += 1
+        # metrics_post_decode: busy slots, and the longest sequence any slot holds after the decode
+        self.metrics["n_busy_slots_total"] = self.metrics.get("n_busy_slots_total", 0) + sum(
+            s.task is not None for s in self.slots)
+        self.metrics["n_tokens_max"] = max(self.metrics["n_tokens_max"], *(len(s.tokens) for s in self.slots))
         if rc != 0:
             # server-context.cpp: every processing slot gets the error, is released and loses its prompt
             # (llama-server first halves the batch down to one token; a failed decode changes nothing here)
@@ -115,6 +119,9 @@ class BatchStep:
                     self._prompt_clear(s)
             return
         t1 = time.perf_counter()
+        for s in self.slots:                  # set_prompt_last: a slot's prompt time runs to its latest batch
+            if s.state in ("prompt", "done_prompt") and s.task is not None:
+                s.t_prompt_done = t1
         for s in self.slots:                  # the prompt progress of every slot on its prompt (server-context.cpp)
             if (s.state in ("prompt", "done_prompt") and s.task is not None and s.task.params.stream
                     and s.task.params.return_progress):

@@ -210,9 +210,9 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
                 out["grammar"] = response_format_grammar(json_schema, gen_prompt)
             except Exception as e:  # noqa: BLE001
                 raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
-                           f"JSON schema conversion failed:\n{_schema_errors(e)}") from None
+                           + _autoparser_schema_error(e)) from None
             out["grammar_type"] = "tool_calls"
-            out["_response_format"] = True
+            out["_response_format"] = _response_format_spec(templates, gen_prompt, reasoning_format != "none")
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
@@ -267,18 +267,23 @@ def _gbnf_literal(text: str) -> str:
 def response_format_grammar(schema: Any, gen_prompt: str) -> str:
     """The grammar llama-server's autoparser builds for ``response_format`` with a content-only template: the
     generation prompt, optional whitespace, then the schema's JSON either bare or in a ```` ```json ```` fence
-    (chat-auto-parser-generator.cpp), rules printed sorted by name."""
-    rules: dict[str, str] = {}
-    for line in convert_json_schema(schema).gbnf.splitlines():
-        if " ::= " in line:
-            name, body = line.split(" ::= ", 1)
-            rules["response-format-schema" if name == "root" else name] = body
-    rules.update(PEG_JSON_RULES)
-    rules["response-format"] = "response-format-schema"
-    rules["root"] = (f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
-                     "space response-format space)")
-    rules["space"] = '| " " | "\\n"{1,2} [ \\t]{0,20}'
-    return "".join(f"{k} ::= {rules[k]}\n" for k in sorted(rules))
+    (chat-auto-parser-generator.cpp), rules printed sorted by name. The schema is added as the rule
+    ``response-format-schema`` (``p.schema(..., "response-format-schema", ...)``), so its own rules carry that
+    prefix (``response-format-schema-name-kv``), as llama-server's ``build_grammar`` names them."""
+    from ..json_schema.converter import Converter
+    from ..json_schema.json_text import load
+    from ..json_schema.nodes import build_document
+
+    convert_json_schema(schema)            # llama.cpp's refusals (and ours: a grammar that accepts nothing) first
+    conv = Converter()
+    for n, body in PEG_JSON_RULES.items():
+        conv.add_rule(n, body)
+    conv.visit(build_document(load(schema)).root, "response-format-schema")
+    conv.check_errors()
+    conv.add_rule("response-format", "response-format-schema")
+    conv.add_rule("root", f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
+                          "space response-format space)")
+    return conv.format_grammar()
 
 
 def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict[str, Any],
@@ -296,6 +301,31 @@ def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict
     while i < min(len(a), len(b)) and a[i] == b[i]:
         i += 1
     return b[i:]
+
+
+def _response_format_spec(templates: ChatTemplates, gen_prompt: str, extract: bool) -> ReplySpec:
+    # the autoparser's response_format parser: its reasoning block (a specialised handler's: none here)
+    from ..chat.autoparser import analyze_reasoning
+    from ..chat.autoparser_prompt import specialized_handler
+
+    if specialized_handler(templates.source) is not None:
+        return ReplySpec(gen_prompt)
+    try:
+        r = analyze_reasoning(templates)
+    except ChatTemplateError:
+        return ReplySpec(gen_prompt)
+    return ReplySpec(gen_prompt, r.mode, r.start, r.end, extract=extract)
+
+
+def _autoparser_schema_error(e: Exception) -> str:
+    """The schema error as the autoparser's grammar build raises it: ``common_chat_schema_from_json``'s own
+    ``runtime_error`` text (``JSON schema error at ...``) as it is, the converter's collected errors
+    (``check_errors``) with their ``JSON schema conversion failed:`` head (json-schema-to-grammar.cpp:975,
+    1015-1026: ``build_grammar`` does not wrap what the schema reader throws)."""
+    rest = _schema_errors(e)
+    if str(e).startswith("JSON schema conversion failed:\n") and not rest.startswith("JSON schema error at "):
+        return str(e)
+    return rest
 
 
 def _empty(schema: Any) -> bool:
@@ -385,8 +415,10 @@ def parser_for(body: dict[str, Any]) -> Any:
     if isinstance(spec, ReplySpec):
         gen_prompt = body.get("generation_prompt") or ""
         return lambda: AutoChatParser(spec, gen_prompt)
-    if body.get("_response_format"):
-        return ResponseFormatParser
+    rf = body.get("_response_format")
+    if isinstance(rf, ReplySpec):
+        gen_prompt = body.get("generation_prompt") or ""
+        return lambda: ResponseFormatParser(rf, gen_prompt)
     from ..chat.tool_stream import ToolCallParser
     from .tools_api import ToolPlan
 

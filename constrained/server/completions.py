@@ -17,7 +17,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from ..chat.reply_parsers import ContentParser
+from ..chat.reply_parsers import ContentParser, message_json
 from .batch import user_message_starts
 from .bodies import error_response, json_response
 from .errors import HttpError
@@ -41,11 +41,14 @@ __all__ = ["run_completion", "watch_disconnect"]
 
 
 async def run_completion(state: ServerState, request: Request, data: dict[str, Any], kind: str,
-                         parser_factory: Any = None, log: Callable[[str], None] = print) -> Response:
+                         parser_factory: Any = None, log: Callable[[str], None] = print,
+                         shape: Any = None) -> Response:
     """One completion request (``handle_completions_impl``): its tasks (one per prompt, with the ``n > 1``
     children) queued on the engine, then the whole body, or the SSE stream of partial results; a client that goes
     away cancels its tasks. ``kind``: ``"completion"`` (``/completion``), ``"oai_cmpl"`` (``/v1/completions``) or
-    ``"chat"`` (``/v1/chat/completions``, ``parser_factory`` giving the reply's parser)."""
+    ``"chat"`` (``/v1/chat/completions``, ``parser_factory`` giving the reply's parser). ``shape``: for a chat
+    request, the other API its results are written in (``/v1/messages``, ``/v1/responses``: an object with
+    ``final``, ``partial``, ``stream_final``, ``stream_error`` and ``done``, see :mod:`.anthropic_api`)."""
     cfg = state.cfg
     eng = state.engine
     t0 = time.perf_counter()
@@ -161,11 +164,19 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
             objs = []
             for f in ordered:
                 prs = (parser_factory or ContentParser)()
-                msg, _ = prs.update(f.content.decode("utf-8", "replace"), False)
-                objs.append(chat_final(f, msg, model, cmpl_id, fp, created, verbose_of(f)))
+                text = f.content.decode("utf-8", "replace")
+                msg, _ = prs.update(text, False)
+                if not (msg.get("content") or msg.get("reasoning_content") or msg.get("tool_calls")):
+                    # to_json_oaicompat_chat / _resp / _anthropic: an empty parsed message is the raw text
+                    msg = message_json(text)
+                objs.append(shape.final(f, msg, model, cmpl_id) if shape is not None else
+                            chat_final(f, msg, model, cmpl_id, fp, created, verbose_of(f)))
             body = objs[0]
-            for o in objs[1:]:
-                body["choices"].append(o["choices"][0])
+            if shape is not None:            # non-OAI results: one object, or the array of them
+                body = objs[0] if len(objs) == 1 else objs
+            else:
+                for o in objs[1:]:
+                    body["choices"].append(o["choices"][0])
         f0 = ordered[0]
         log(f"request {request.url.path} 200: {f0.n_prompt} prompt + {f0.n_decoded} tokens "
             f"({f0.stop}) in {time.perf_counter() - t0:.2f} s")
@@ -190,7 +201,9 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                 return sse(oai_cmpl_partial(ev, model, cmpl_id, fp, created))
             prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
             assert ev.out is not None
-            _, diffs = prs.update(ev.out.text.decode("utf-8", "replace"), True)
+            msg, diffs = prs.update(ev.out.text.decode("utf-8", "replace"), True)
+            if shape is not None:
+                return shape.partial(ev, msg, diffs, model, cmpl_id)
             return b"".join(sse(c) for c in chat_partial(ev, diffs, model, cmpl_id, fp, created))
         if isinstance(ev, Final):
             if kind == "completion":
@@ -201,6 +214,8 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                 return sse(f)
             prs = parsers.setdefault(ev.task.index, (parser_factory or ContentParser)())
             msg, diffs = prs.update("", False)
+            if shape is not None:
+                return shape.stream_final(ev, msg, diffs, model, cmpl_id)
             return b"".join(sse(c) for c in chat_stream_final(ev, diffs, bool(msg.get("tool_calls")), model,
                                                                cmpl_id, fp, created, verbose_of(ev)))
         return b""
@@ -211,7 +226,7 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
         try:
             while True:
                 if isinstance(ev, HttpError):
-                    yield sse({"error": ev.body()["error"]})
+                    yield shape.stream_error(ev) if shape is not None else sse({"error": ev.body()["error"]})
                     return
                 # a chat reply's parser re-reads the reply so far: past PARSE_INLINE characters, off the loop
                 big = chat and parser_factory is not None and isinstance(ev, (Partial, Final)) and \
@@ -229,8 +244,8 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                         break
                     except asyncio.TimeoutError:
                         yield PING
-            if kind != "completion":
-                yield DONE
+            if kind != "completion" and (shape is None or shape.done):
+                yield shape.done if shape is not None else DONE
             log(f"request {request.url.path} 200 (stream) in {time.perf_counter() - t0:.2f} s")
         finally:
             cancel()

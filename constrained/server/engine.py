@@ -147,7 +147,10 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self._tick = 0
         self.metrics = {"prompt_tokens_total": 0, "prompt_tokens_cached_total": 0, "prompt_seconds_total": 0.0,
                         "tokens_predicted_total": 0, "tokens_predicted_seconds_total": 0.0, "n_decode_total": 0,
-                        "n_tokens_max": 0, "requests_processing": 0, "requests_deferred": 0}
+                        "n_tokens_max": 0, "requests_processing": 0, "requests_deferred": 0,
+                        # server_metrics: generation steps (the first token, from the prompt's batch, is not one),
+                        # busy slots summed over decodes (n_busy_slots_per_decode)
+                        "tokens_predicted_steps_total": 0, "n_busy_slots_total": 0}
         self.lock = threading.Lock()          # guards slot snapshots for /slots
         say(f"model loaded: {self.n_vocab} tokens, n_ctx {self.n_ctx} ({n_par} slots of {self.n_ctx_slot})")
 

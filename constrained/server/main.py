@@ -103,10 +103,13 @@ def serve(argv: Sequence[str]) -> int:
     app = build_app(state)
     freeze_loaded_heap()
     hosts = [h for h in a.host.split(",") if h]
-    progress(f"listening on http://{hosts[0]}:{a.port}")
+    from .gcp_api import gcp_port
+
+    port = gcp_port(a.port)               # AIP_MODE=PREDICTION: AIP_HTTP_PORT wins (server-http.cpp:117-125)
+    progress(f"listening on http://{hosts[0]}:{port}")
     if len(hosts) == 1:
         # SIGTERM / SIGINT: stop accepting, give in-flight requests GRACE_S seconds, then cancel them
-        uvicorn.run(app, host=hosts[0], port=a.port, log_level="warning", access_log=False,
+        uvicorn.run(app, host=hosts[0], port=port, log_level="warning", access_log=False,
                     timeout_keep_alive=a.timeout, server_header=False, date_header=True,
                     timeout_graceful_shutdown=GRACE_S)
     else:
@@ -118,7 +121,7 @@ def serve(argv: Sequence[str]) -> int:
             fam = socket.AF_INET6 if ":" in h else socket.AF_INET
             s = socket.socket(fam, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            s.bind((h, a.port))
+            s.bind((h, port))
             socks.append(s)
         server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, server_header=False,
                                                timeout_graceful_shutdown=GRACE_S))

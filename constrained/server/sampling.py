@@ -144,15 +144,19 @@ class SlotSampling:
         return has_next
 
     def _timings(self, s: Slot) -> dict[str, Any]:
-        t_prompt_ms = (s.t_prompt_done - s.t_start) * 1e3 if s.t_prompt_done else 0.0
-        t_gen_ms = (s.t_gen_last - s.t_prompt_done) * 1e3 if s.n_decoded > 1 else 0.0
+        # server_slot_stats::to_json: whole microseconds; the prompt's time runs to its last batch (advanced after
+        # every batch); the generation's from there, at least 1 us once a token is out; the rates count decode
+        # steps, and the first token, from the prompt's logits, is not one
+        t_prompt_ms = int((s.t_prompt_done - s.t_start) * 1e6) / 1000.0 if s.t_prompt_done else 0.0
+        t_gen_ms = _gen_us(s) / 1000.0
         npp, ngen = s.n_processed, s.n_decoded
+        steps = max(ngen - 1, 0)
         return {"cache_n": s.n_cached, "prompt_n": npp, "prompt_ms": t_prompt_ms,
-                "prompt_per_token_ms": t_prompt_ms / npp if npp else 0.0,
-                "prompt_per_second": 1e3 * npp / t_prompt_ms if t_prompt_ms > 0 else 0.0,
+                "prompt_per_token_ms": t_prompt_ms / npp if npp > 0 else 0.0,
+                "prompt_per_second": 1e3 / t_prompt_ms * npp if t_prompt_ms > 0 else 0.0,
                 "predicted_n": ngen, "predicted_ms": t_gen_ms,
-                "predicted_per_token_ms": t_gen_ms / ngen if ngen else 0.0,
-                "predicted_per_second": 1e3 * ngen / t_gen_ms if t_gen_ms > 0 else 0.0}
+                "predicted_per_token_ms": t_gen_ms / steps if steps > 0 else 0.0,
+                "predicted_per_second": 1e3 / t_gen_ms * steps if t_gen_ms > 0 else 0.0}
 
     def _finish(self, s: Slot) -> None:
         task = s.task
@@ -164,9 +168,10 @@ class SlotSampling:
             probs = probs[: len(probs) - min(len(probs), k)]
         n_tokens_cached = len(s.tokens)
         self.metrics["tokens_predicted_total"] += s.n_decoded
-        self.metrics["n_tokens_max"] = max(self.metrics["n_tokens_max"], n_tokens_cached + 1)
-        if s.n_decoded > 1:
-            self.metrics["tokens_predicted_seconds_total"] += s.t_gen_last - s.t_prompt_done
+        # metrics_on_prediction: the slot's generation time (1 us at least) and decode steps
+        self.metrics["tokens_predicted_seconds_total"] += _gen_us(s) / 1e6
+        self.metrics["tokens_predicted_steps_total"] = (self.metrics.get("tokens_predicted_steps_total", 0)
+                                                        + max(s.n_decoded - 1, 0))
         fin = Final(task=task, id_slot=s.id, content=b"" if p.stream else bytes(s.generated),
                     tokens=[] if p.stream else list(s.gen_tokens), stop=s.stop, stopping_word=s.stopping_word,
                     n_decoded=s.n_decoded, n_prompt=len(task.tokens), n_cached_prompt=s.n_cached,
@@ -219,3 +224,8 @@ def _find_stop(text: bytes, last_size: int, words: list[str], full: bool, s: Slo
                 s.stopping_word = w
             stop_pos = pos
     return stop_pos
+
+
+def _gen_us(s: Slot) -> int:
+    """``server_slot_stats::t_gen_us``: 0 before the first token, else at least 1 us."""
+    return max(1, int((s.t_gen_last - s.t_prompt_done) * 1e6)) if s.t_gen_last else 0

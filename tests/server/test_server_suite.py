@@ -26,6 +26,12 @@ SELECTION = [
     "unit/test_chat_completion.py::test_completion_with_invalid_grammar",
     "unit/test_chat_completion.py::test_chat_completions_token_count",
     "unit/test_template.py::test_add_generation_prompt",          # a relative --chat-template-file, --jinja
+    # Responses and /metrics (each passes on the real llama-server with the same model too)
+    "unit/test_compat_oai_responses.py::test_responses_stream_with_llama_telemetry",
+    "unit/test_metrics.py::test_metrics_prometheus_format",
+    "unit/test_metrics.py::test_metrics_prompt_processed_and_cached",
+    "unit/test_metrics.py::test_metrics_generation_rate_excludes_first_token",
+    "unit/test_metrics.py::test_metrics_timings_on_prompt_progress",
 ]
 
 

@@ -50,10 +50,21 @@ def map_args(argv: Sequence[str], default_model: str) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Serve with ``constrained serve``, or, with ``CONSTRAINED_SUITE_REAL=1`` in the environment, exec the real
+    llama-server (``oracle.llama_server``) on the same mapped flags: the suite's items run against both."""
+    import os
+
     from constrained.llama import default_model_path
-    from constrained.server.main import serve
 
     args = map_args(sys.argv[1:] if argv is None else argv, default_model_path())
+    if os.environ.get("CONSTRAINED_SUITE_REAL") == "1":
+        from oracle.llama_server import llama_server_binary
+
+        binary = llama_server_binary()
+        os.environ["LD_LIBRARY_PATH"] = str(binary.parent) + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
+        os.execv(str(binary), [str(binary), *args])
+    from constrained.server.main import serve
+
     return serve(args)
 
 

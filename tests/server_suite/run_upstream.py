@@ -81,12 +81,13 @@ def prepare(work: Path) -> Path:
 
 
 def run(args: list[str], *, work: Path | None = None, port: int = 18500,
-        timeout: float = 1800) -> tuple[int, dict[str, str], str]:
-    """Run pytest on the upstream suite with ``args``; returns (exit code, {test id: outcome}, output)."""
+        timeout: float = 1800, real: bool = False) -> tuple[int, dict[str, str], str]:
+    """Run pytest on the upstream suite with ``args``; returns (exit code, {test id: outcome}, output).
+    ``real``: against the real llama-server, on the same mapped flags and model (the launcher execs it)."""
     from oracle.cases.server import launcher_binary
     from oracle.sdist import cache_dir
 
-    work = work or (cache_dir() / "server-suite")
+    work = work or (cache_dir() / ("server-suite-real" if real else "server-suite"))
     tests = prepare(work)
     junit = work / "junit.xml"
     env = dict(os.environ)
@@ -94,6 +95,7 @@ def run(args: list[str], *, work: Path | None = None, port: int = 18500,
     env["PORT"] = str(port)
     env["PYTHONPATH"] = os.pathsep.join([str(work / "stubs"), str(tests), env.get("PYTHONPATH", "")])
     env.pop("DEBUG_EXTERNAL", None)
+    env["CONSTRAINED_SUITE_REAL"] = "1" if real else "0"
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-o", "addopts=", "--rootdir",
            str(tests), f"--junitxml={junit}", *args]
     proc = subprocess.Popen(cmd, cwd=tests, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -119,7 +121,10 @@ def run(args: list[str], *, work: Path | None = None, port: int = 18500,
 
 
 def main() -> int:
-    code, outcomes, out = run(sys.argv[1:] or ["unit/test_basic.py"])
+    argv = sys.argv[1:]
+    real = "--real" in argv             # python -m tests.server_suite.run_upstream --real unit/x.py
+    argv = [a for a in argv if a != "--real"]
+    code, outcomes, out = run(argv or ["unit/test_basic.py"], real=real)
     print(out[-20000:])
     return code
 
