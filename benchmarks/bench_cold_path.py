@@ -114,11 +114,22 @@ def _server_row(cmd: list[str], port: int, env: dict) -> dict[str, float]:
     return row
 
 
+def _model_path() -> str:
+    """The default model's GGUF (found by the main venv, which has the model package)."""
+    try:
+        from constrained.llama import default_model_path
+
+        return str(default_model_path())
+    except Exception:  # noqa: BLE001 - the scale venv has no model package: ask the main venv
+        out = subprocess.run([str(MAIN_PY), "-c", "from constrained.llama import default_model_path as p; print(p())"],
+                             capture_output=True, text=True, check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        return out.stdout.strip().splitlines()[-1]
+
+
 def servers() -> None:
-    from constrained.llama import default_model_path
     from oracle.llama_server import build_dir, llama_server_binary
 
-    model = str(default_model_path())
+    model = _model_path()
     rows = {}
     port = _free_port()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -149,10 +160,9 @@ def engines() -> None:
     import numpy as np
 
     from constrained.grammar import Grammar
-    from constrained.llama import default_model_path
     from constrained.vocab import Vocabulary
 
-    path = default_model_path()
+    path = _model_path()
     vocab = Vocabulary.from_gguf(path)
     n = len(vocab)
     res: dict[str, dict[str, list[float]]] = {}

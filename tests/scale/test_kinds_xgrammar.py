@@ -162,12 +162,8 @@ def _masks_agree(hf, ours_grammar: Grammar, xgr_compiled, text: str) -> int:  # 
     steps = 0
     for k in range(len(ids) + 1):
         xm.fill_next_token_bitmask(bm)
-        theirs = xgr.testing.bitmask_to_bool_mask(bm[0], info.vocab_size).numpy()[:len(vocab)] \
-            if hasattr(xgr.testing, "bitmask_to_bool_mask") else None
+        theirs = np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:len(vocab)].astype(bool)
         mine = np.asarray(m.mask())
-        if theirs is None:
-            bits = np.unpackbits(bm[0].numpy().view(np.uint8), bitorder="little")[:len(vocab)].astype(bool)
-            theirs = bits
         diff = np.flatnonzero((mine != theirs) & ordinary)
         assert not len(diff), (text, k, [(int(i), vocab.pieces[i], bool(mine[i])) for i in diff[:8]])
         # end of generation where the grammar can end, in both
