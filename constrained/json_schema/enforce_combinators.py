@@ -73,12 +73,12 @@ class CombinatorMixin:
         return " | ".join(out) if out else None
 
     def strip_alternatives(self, s: Any) -> Any:
-        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref")):
+        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas")):
             key = id(s)
             cache = self.__dict__.setdefault("_stripped", {})
             if key not in cache:
                 cache[key] = (s, {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "if", "then", "else",
-                                                                          "allOf", "$ref")})
+                                                                          "allOf", "$ref", "dependentSchemas")})
             return cache[key][1]
         return s
 
@@ -118,8 +118,12 @@ class CombinatorMixin:
             import jsonschema
 
             try:
-                cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
-                self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
+                # the document as normalised (2020-12 spelling) judged with the declared dialect's types and formats
+                cls = jsonschema.validators.validator_for(self.original, default=jsonschema.Draft202012Validator)
+                base = jsonschema.Draft202012Validator
+                if self.strict_integer:
+                    base = jsonschema.validators.extend(base, type_checker=jsonschema.Draft4Validator.TYPE_CHECKER)
+                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER)
             except Exception:  # noqa: BLE001 - not a schema jsonschema can use
                 self._validator = False
         return self._validator
@@ -144,7 +148,9 @@ class CombinatorMixin:
                     continue
                 if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
                     continue
-            lits.append(self.value_rule(val))
+            strict = self.strict_integer and t == "integer" and isinstance(val, int) and (
+                m.types is not None and "number" not in m.types)
+            lits.append(_literal(val) if strict else self.value_rule(val))
         if not lits:
             return None
         return "(" + " | ".join(f"( {x} )" for x in dict.fromkeys(lits)) + ")"

@@ -10,6 +10,7 @@ from .enforce_base import (
     Sub,
     _Merged,
 )
+from .dialect import is_assertion
 from .formats import FORMATS, NOT_CHECKED, format_dfa
 from .numbers import number_dfas
 from .regex import (
@@ -64,6 +65,10 @@ class ScalarMixin:
             dfas = number_dfas(integer, m.lo[0] if m.lo else None, bool(m.lo and m.lo[1]),
                                m.hi[0] if m.hi else None, bool(m.hi and m.hi[1]), None) \
                 if "multipleOf" in str(e) else number_dfas(integer, None, False, None, False, None)
+        if integer and self.strict_integer:
+            # drafts 3 and 4: an integer has no fraction part in its text (1.0 is a number only)
+            whole = compile_pattern("^-?(?:0|[1-9][0-9]*)$")
+            dfas = [intersect(d, whole) for d in dfas]
         if m.non_integer:
             if integer:
                 return None
@@ -91,7 +96,10 @@ class ScalarMixin:
                 self.unenforced(p, "pattern" if not isinstance(spec, tuple) else "not", f"{spec}: {e}")
         for fmt, p in m.formats:
             if fmt not in FORMATS:
-                if fmt not in ("regex", "unknown"):
+                if not is_assertion(fmt, self.dialect):
+                    self.annotation(p, "format", f"format {fmt} is not one of draft {self.dialect}'s formats: an "
+                                                 "annotation, which validators do not check")
+                else:
                     self.unenforced(p, "format", f"format {fmt} is not enforced")
                 continue
             if fmt in NOT_CHECKED:
