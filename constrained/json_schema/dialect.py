@@ -217,8 +217,7 @@ def _norm(s: Any, dialect: str, depth: int) -> Any:  # noqa: C901 - one rule per
                 out["required"] = req
             elif isinstance(out.get("required"), bool):
                 del out["required"]
-        elif isinstance(out.get("required"), bool):
-            del out["required"]
+        # a boolean "required" elsewhere is left for the parent's properties to read (merge ignores it)
     if dialect in ("3", "4", "6", "7") and isinstance(out.get("dependencies"), dict):
         deps = out["dependencies"]
         req_deps = {k: ([v] if isinstance(v, str) else v) for k, v in deps.items() if isinstance(v, (list, str))}

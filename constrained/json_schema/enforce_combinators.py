@@ -62,10 +62,12 @@ class CombinatorMixin:
             self.unenforced(p, kw, f"more than {MAX_BRANCHES} combinations of alternatives")
             groups = groups[:1]
         for alts, kw, p in groups:
-            if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts):
+            if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
         base = [(self.strip_alternatives(s), p) for s, p in self.flatten(subs)]
         out = []
+        # disjoint alternatives stay disjoint whatever else a branch leaves unenforced: their types, listed values
+        # or discriminator values are always enforced exactly
         for k, combo in enumerate(itertools.product(*[alts for alts, _kw, _p in groups])):
             r = self.gen(base + list(combo), f"{name}-{k}", types)
             if r is not None:
@@ -82,25 +84,33 @@ class CombinatorMixin:
             return cache[key][1]
         return s
 
-    def disjoint(self, alts: list[Sub]) -> bool:
+    def disjoint(self, alts: list[Sub], allowed: frozenset[str] = frozenset(TYPES)) -> bool:
+        """Whether no value of the ``allowed`` types can satisfy two of the alternatives: their types differ, their
+        listed values differ, or (objects only) a property both require has different values in each."""
         ms = [self.merge([a]) for a in alts]
 
         def types(x: _Merged) -> set[str]:
             t = set(TYPES) if x.types is None else set(x.types)
             if x.values is not None:
                 t = {_type_of(v) for v in x.values}
-            return t
+                if "integer" in t:
+                    t.add("number")
+            if "number" in t:
+                t.add("integer")
+            return t & allowed
 
         for i in range(len(ms)):
             for j in range(i + 1, len(ms)):
                 a, b = ms[i], ms[j]
-                if not (types(a) & types(b)):
+                common = types(a) & types(b)
+                if not common:
                     continue
                 if a.values is not None and b.values is not None and not any(
                         _json_equal(x, y) for x in a.values for y in b.values):
                     continue
-                if not self.discriminated(a, b):
-                    return False
+                if common == {"object"} and self.discriminated(a, b):
+                    continue  # required/properties say nothing about the values of other types
+                return False
         return True
 
     def discriminated(self, a: _Merged, b: _Merged) -> bool:

@@ -112,21 +112,31 @@ def _doc_paths(root: Any, schema_path: list[str]) -> list[list[str]]:
     out: list[list[str]] = []
     node: Any = root
     path: list[str] = []
+
+    def step(node: Any, path: list[str], seg: str) -> tuple[Any, list[str]]:
+        nxt = node.get(seg) if isinstance(node, dict) else node[int(seg)] \
+            if isinstance(node, list) and seg.isdigit() and int(seg) < len(node) else None
+        return nxt, [*path, seg]
+
+    def follow(ref: str) -> tuple[Any, list[str]]:
+        node, path = root, []
+        for raw in ref[2:].split("/") if len(ref) > 2 else ():
+            node, path = step(node, path, unquote(raw).replace("~1", "/").replace("~0", "~"))
+        return node, path
+
     for seg in schema_path:
-        ref = node.get("$ref") if isinstance(node, dict) else None
-        if seg == "$ref" and isinstance(ref, str) and ref.startswith("#/"):
+        for _ in range(50):  # a draft <= 7 error path leaves out the "$ref" it went through
+            ref = node.get("$ref") if isinstance(node, dict) else None
+            if not (isinstance(ref, str) and ref.startswith("#") and (seg == "$ref" or seg not in node)):
+                break
             out.append(path)
-            node, path = root, []
-            for raw in ref[2:].split("/"):
-                part = unquote(raw).replace("~1", "/").replace("~0", "~")
-                path = [*path, part]
-                node = node.get(part) if isinstance(node, dict) else node[int(part)] \
-                    if isinstance(node, list) and part.isdigit() and int(part) < len(node) else None
+            node, path = follow(ref)
+            if seg == "$ref":
+                break
+        if seg == "$ref" and not (isinstance(node, dict) and "$ref" in node):
             continue
         out.append(path)
-        path = [*path, seg]
-        node = node.get(seg) if isinstance(node, dict) else node[int(seg)] \
-            if isinstance(node, list) and seg.isdigit() and int(seg) < len(node) else None
+        node, path = step(node, path, seg)
     out.append(path)
     return out
 
@@ -166,7 +176,10 @@ def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
     """Up to ``n`` random documents of a grammar (random walks, then the shortest way out)."""
     from constrained.json_schema._gbnf import read_gbnf, sample
 
-    rules = read_gbnf(gbnf)
+    try:
+        rules = read_gbnf(gbnf)
+    except (ValueError, IndexError):
+        return []  # text outside the sampler's reader (a user pattern in llama.cpp's grammar)
     rng = random.Random(seed)
     out = []
     for _ in range(n):
