@@ -31,9 +31,9 @@ from ..errors import SchemaError
 from . import nodes as _nodes
 from ._gbnf import load_checks, productive_rules, read_gbnf
 from .converter import Converter
+from .dialect import dialect_of
 from .json_text import load, path_of, u
 from .nodes import KEYWORDS, SELECTORS, Keyword
-from .dialect import dialect_of
 from .report import UnenforcedKeyword, collect, dialect_report
 
 __all__ = [

@@ -183,6 +183,9 @@ class _Reporter:
             self.add(path, "format", f"format {u(s['format'])} is not supported (date, time, date-time, uuid only)")
         if node.max_length >= 0 and node.min_length > node.max_length and not node.pattern:
             self.add(path, "minLength", "minLength > maxLength: no string satisfies both")
+        elif node.min_length > 0 and not node.pattern and node.format == N.FORMAT_NONE:
+            self.add(path, "minLength", "an escaped surrogate pair (\\ud83d\\ude00) is two characters for "
+                                        "llama.cpp's grammar, one for validators: a string may fall short by one per pair")
 
     def pattern_escapes(self, node: N.Node, path: str) -> None:
         """A converted pattern is matched on the raw text between the quotes: a '"', a backslash or a control
