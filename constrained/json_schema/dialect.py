@@ -63,13 +63,15 @@ VOCABULARY: dict[str, frozenset[str]] = {"3": _V3, "4": _V4, "6": _V6, "7": _V7,
                                           "2020-12": _V2020}
 """The assertion and applicator keywords of each dialect (jsonschema's validators for it)."""
 
-_F4 = frozenset(("date-time", "email", "hostname", "ipv4", "ipv6", "uri"))
+# plus what jsonschema's format checker for the draft checks although that draft's text does not list it
+# (idn-email and regex for drafts 3-6), so a validator may assert it
+_F4 = frozenset(("date-time", "email", "hostname", "ipv4", "ipv6", "uri", "idn-email", "regex"))
 _F6 = _F4 | {"uri-reference", "uri-template", "json-pointer"}
 _F7 = _F6 | {"date", "time", "idn-email", "idn-hostname", "iri", "iri-reference", "relative-json-pointer", "regex"}
 _F2019 = _F7 | {"duration", "uuid"}
 FORMATS: dict[str, frozenset[str]] = {
     "3": frozenset(("date-time", "date", "time", "utc-millisec", "regex", "color", "style", "phone", "uri", "email",
-                    "ip-address", "ipv6", "host-name")),
+                    "ip-address", "ipv6", "host-name", "idn-email")),
     "4": _F4, "6": _F6, "7": _F7, "2019-09": _F2019, "2020-12": _F2019,
 }
 """The formats each dialect's specification defines; another ``format`` value is an annotation only."""

@@ -149,6 +149,8 @@ class ObjectMixin:
         items = []  # (kv rule, mode: "must" / "may")
         for k, r, req in entries:
             mode = modes.get(k, "must" if req else "may")
+            if req and mode == "never":
+                return None  # required, but this dependentRequired variant has it absent: no such object
             if r is None:
                 if mode == "must":
                     return None

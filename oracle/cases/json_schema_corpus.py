@@ -165,9 +165,13 @@ def _named(report: tuple, err: Any, root: Any = None) -> bool:
 def validator_of(schema: Any) -> Any:
     """jsonschema's validator for the declared dialect (``validator_for``'s default when none), with its format
     checker; raises when jsonschema cannot use the schema."""
+    import warnings
+
     import jsonschema
 
-    cls = jsonschema.validators.validator_for(schema)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # an unknown $schema: the default, as documented
+        cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
