@@ -19,6 +19,7 @@ from typing import Any
 from . import nodes as N
 from .converter import Converter
 from .json_text import INT64_MAX, INT64_MIN, u, value_type, wrap_int
+from .json_text import b as utf8_bytes
 
 
 @dataclass(frozen=True)
@@ -435,6 +436,8 @@ def _at(root: Any, path: str) -> Any:
         seg = raw.replace("~1", "/").replace("~0", "~")
         if isinstance(node, dict) and seg in node:
             node = node[seg]
+        elif isinstance(node, dict) and utf8_bytes(seg) in node:
+            node = node[utf8_bytes(seg)]  # keys kept as UTF-8 bytes in str
         elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
             node = node[int(seg)]
         else:
@@ -453,6 +456,12 @@ def dialect_report(report: tuple[UnenforcedKeyword, ...], root: Any, dialect: st
     ((), ['format'])
     """
     from .dialect import is_assertion
+
+    def uni(p: str) -> str:
+        try:
+            return u(p)
+        except UnicodeError:
+            return p  # already Unicode
 
     kept, annotations = [], []
     for k in report:
@@ -475,8 +484,8 @@ def dialect_report(report: tuple[UnenforcedKeyword, ...], root: Any, dialect: st
                 continue
             for excl, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
                 flag = node.get(excl)
-                if flag and not isinstance(flag, (dict, list)) and bound in node and (u(p), excl) not in seen:
-                    kept.append(UnenforcedKeyword(u(p), excl, f"draft {dialect}: {excl} makes {bound} exclusive, "
+                if flag and not isinstance(flag, (dict, list)) and bound in node and (uni(p), excl) not in seen:
+                    kept.append(UnenforcedKeyword(uni(p), excl, f"draft {dialect}: {excl} makes {bound} exclusive, "
                                                   f"which llama.cpp's converter does not read (the bound itself passes)"))
             for key, v in node.items():
                 if key not in ("const", "enum", "default", "examples"):
