@@ -31,9 +31,10 @@ from ..errors import SchemaError
 from . import nodes as _nodes
 from ._gbnf import load_checks, productive_rules, read_gbnf
 from .converter import Converter
+from .dialect import dialect_of
 from .json_text import load, path_of, u
 from .nodes import KEYWORDS, SELECTORS, Keyword
-from .report import UnenforcedKeyword, collect
+from .report import UnenforcedKeyword, collect, dialect_report
 
 __all__ = [
     "ENFORCE_MODES", "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
@@ -57,6 +58,12 @@ class SchemaConversion:
     unenforced: tuple[UnenforcedKeyword, ...]
     warnings: tuple[str, ...]
     rule_paths: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    annotations: tuple[UnenforcedKeyword, ...] = ()
+    """Keywords that are annotations, not assertions, in the schema's dialect, so validators do not check them
+    either: ``format`` values outside the dialect's list (e.g. ``"color"``). Kept apart from ``unenforced``."""
+    dialect: str = "2020-12"
+    """The dialect the schema was read in (``dialect_of``): ``$schema``, else 2020-12 as jsonschema's
+    ``validator_for`` defaults."""
 
     def path_of_rule(self, name: str) -> str:
         """The JSON pointer of the schema node a rule was built for (``#`` when unknown).
@@ -174,11 +181,12 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
     if enforce not in ENFORCE_MODES:
         raise SchemaError(f"enforce must be one of {ENFORCE_MODES}, got {enforce!r}", path="#")
     if enforce == "all":
-        from .enforce import convert_enforced
+        from .enforce import convert_enforced_annotated
 
+        value = load(schema, exact=True)
         with _recursion_headroom():
-            gbnf, report = convert_enforced(load(schema, exact=True))
-        return SchemaConversion(gbnf, report, ())
+            gbnf, report, annotations = convert_enforced_annotated(value)
+        return SchemaConversion(gbnf, report, (), annotations=annotations, dialect=dialect_of(value))
     widened: list[int] = []
     value = load(schema, widened=widened)
     with _recursion_headroom():
@@ -207,12 +215,14 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
         raise SchemaError(f"JSON schema error at {path}: the grammar accepts nothing (a $ref cycle with no way out, "
                           "contradictory bounds, or an empty character class)", path=path)
     unenforced = collect(doc, conv, value) + _widened_values(schema, widened)
+    dialect = dialect_of(value)
+    unenforced, annotations = dialect_report(unenforced, value, dialect)
     if top != "root":
         # a property named "" at the top level is also named "root" and takes the rule first
         unenforced = (UnenforcedKeyword("#", "properties", f"the root rule is not this schema: a sub-schema took the "
                                         f"name root first, the schema itself became {u(top)}"),) + unenforced
     return SchemaConversion(text, unenforced, tuple(u(w.message) for w in conv.warnings),
-                            conv.rule_paths)
+                            conv.rule_paths, annotations=annotations, dialect=dialect)
 
 
 def _widened_values(schema: Any, widened: list[int]) -> tuple[UnenforcedKeyword, ...]:

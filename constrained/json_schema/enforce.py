@@ -39,6 +39,7 @@ from typing import Any
 
 from ..errors import SchemaError
 from ._rules import INVALID_RULE_CHARS, PRIMITIVE_RULES, SPACE_RULE
+from .dialect import dialect_of, fraction_integers, normalized, ref_overrides_siblings
 from .enforce_arrays import ArrayMixin
 from .enforce_base import (
     TYPES,
@@ -61,19 +62,33 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
     """One conversion: the rules built so far, the report, and the generators of the mixins."""
 
     def __init__(self, root: Any) -> None:
-        self.root = root
+        self.original = root  # for jsonschema (the declared dialect)
+        self.dialect = dialect_of(root)
+        self.root = normalized(root, self.dialect)
+        self.strict_integer = not fraction_integers(self.dialect)
+        self.annotations: dict[tuple[str, str], UnenforcedKeyword] = {}
+        self._made: dict[tuple, Any] = {}  # schemas built here (if/then splits...), kept alive: memo keys are ids
         self.rules: dict[str, str] = {"space": SPACE_RULE}
         self.by_body: dict[str, str] = {}
         self.report: dict[tuple[str, str], UnenforcedKeyword] = {}
         self.memo: dict[tuple, str] = {}
         self.dfa_rules: dict[tuple, str] = {}
-        dialect = root.get("$schema") if isinstance(root, dict) else None
         # up to draft 7, "$ref" replaces its siblings; from 2019-09 on they apply beside it
-        self.ref_alone = isinstance(dialect, str) and any(f"draft-0{n}" in dialect for n in (3, 4, 6, 7))
+        self.ref_alone = ref_overrides_siblings(self.dialect)
         self._validator: Any = None
 
     def unenforced(self, path: str, keyword: str, reason: str) -> None:
         self.report.setdefault((path, keyword), UnenforcedKeyword(path, keyword, reason))
+
+    def annotation(self, path: str, keyword: str, reason: str) -> None:
+        """A keyword that is an annotation in this dialect (validators do not check it either)."""
+        self.annotations.setdefault((path, keyword), UnenforcedKeyword(path, keyword, reason))
+
+    def made(self, key: tuple, build: Any) -> Any:
+        """A schema built from parts of the document, once per key (memo keys hold ids: it must stay alive)."""
+        if key not in self._made:
+            self._made[key] = build()
+        return self._made[key]
 
     def add(self, name: str, body: str) -> str:
         if body in self.by_body:
@@ -160,13 +175,20 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
 
 def convert_enforced(value: Any) -> tuple[str, tuple[UnenforcedKeyword, ...]]:
     """GBNF text enforcing ``value`` (a normalised JSON schema) as fully as a grammar can, and what it does not."""
+    gbnf, report, _annotations = convert_enforced_annotated(value)
+    return gbnf, report
+
+
+def convert_enforced_annotated(value: Any) -> tuple[str, tuple[UnenforcedKeyword, ...],
+                                                    tuple[UnenforcedKeyword, ...]]:
+    """``convert_enforced`` plus the keywords that are annotations in the schema's dialect (``format: color``)."""
     e = _Enforcer(value)
     try:
-        root = e.gen([(value, "#")], "root")
+        root = e.gen([(e.root, "#")], "root")
     except RecursionError:
         raise SchemaError("JSON schema error at #: nested too deeply for enforce='all'", path="#") from None
     if root is None:
         raise SchemaError("JSON schema error at #: no JSON value satisfies this schema", path="#")
     if root != "root":
         e.rules["root"] = root
-    return e.text(), tuple(e.report.values())
+    return e.text(), tuple(e.report.values()), tuple(e.annotations.values())

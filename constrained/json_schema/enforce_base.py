@@ -26,7 +26,7 @@ HANDLED = frozenset((
     "pattern", "format", "minLength", "maxLength",
     "items", "prefixItems", "additionalItems", "minItems", "maxItems", "contains", "minContains", "maxContains",
     "uniqueItems", "properties", "required", "additionalProperties", "patternProperties", "propertyNames",
-    "minProperties", "maxProperties", "dependentRequired",
+    "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
 ))
 
 Sub = tuple[Any, str]  # (schema, path)

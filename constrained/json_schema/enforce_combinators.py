@@ -66,10 +66,12 @@ class CombinatorMixin:
             self.unenforced(p, kw, f"more than {MAX_BRANCHES} combinations of alternatives")
             groups = groups[:1]
         for alts, kw, p in groups:
-            if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts):
+            if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
         base = [(self.strip_alternatives(s), p) for s, p in self.flatten(subs)]
         out = []
+        # disjoint alternatives stay disjoint whatever else a branch leaves unenforced: their types, listed values
+        # or discriminator values are always enforced exactly
         for k, combo in enumerate(itertools.product(*[alts for alts, _kw, _p in groups])):
             r = self.gen(base + list(combo), f"{name}-{k}", types)
             if r is not None:
@@ -77,34 +79,42 @@ class CombinatorMixin:
         return " | ".join(out) if out else None
 
     def strip_alternatives(self, s: Any) -> Any:
-        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref")):
+        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas")):
             key = id(s)
             cache = self.__dict__.setdefault("_stripped", {})
             if key not in cache:
                 cache[key] = (s, {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "if", "then", "else",
-                                                                          "allOf", "$ref")})
+                                                                          "allOf", "$ref", "dependentSchemas")})
             return cache[key][1]
         return s
 
-    def disjoint(self, alts: list[Sub]) -> bool:
+    def disjoint(self, alts: list[Sub], allowed: frozenset[str] = frozenset(TYPES)) -> bool:
+        """Whether no value of the ``allowed`` types can satisfy two of the alternatives: their types differ, their
+        listed values differ, or (objects only) a property both require has different values in each."""
         ms = [self.merge([a]) for a in alts]
 
         def types(x: _Merged) -> set[str]:
             t = set(TYPES) if x.types is None else set(x.types)
             if x.values is not None:
                 t = {_type_of(v) for v in x.values}
-            return t
+                if "integer" in t:
+                    t.add("number")
+            if "number" in t:
+                t.add("integer")
+            return t & allowed
 
         for i in range(len(ms)):
             for j in range(i + 1, len(ms)):
                 a, b = ms[i], ms[j]
-                if not (types(a) & types(b)):
+                common = types(a) & types(b)
+                if not common:
                     continue
                 if a.values is not None and b.values is not None and not any(
                         _json_equal(x, y) for x in a.values for y in b.values):
                     continue
-                if not self.discriminated(a, b):
-                    return False
+                if common == {"object"} and self.discriminated(a, b):
+                    continue  # required/properties say nothing about the values of other types
+                return False
         return True
 
     def discriminated(self, a: _Merged, b: _Merged) -> bool:
@@ -122,8 +132,12 @@ class CombinatorMixin:
             import jsonschema
 
             try:
-                cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
-                self._validator = cls(self.root, format_checker=cls.FORMAT_CHECKER)
+                # the document as normalised (2020-12 spelling) judged with the declared dialect's types and formats
+                cls = jsonschema.validators.validator_for(self.original, default=jsonschema.Draft202012Validator)
+                base = jsonschema.Draft202012Validator
+                if self.strict_integer:
+                    base = jsonschema.validators.extend(base, type_checker=jsonschema.Draft4Validator.TYPE_CHECKER)
+                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER)
             except Exception:  # noqa: BLE001 - not a schema jsonschema can use
                 self._validator = False
         return self._validator
@@ -153,7 +167,9 @@ class CombinatorMixin:
                     continue
                 if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
                     continue
-            lits.append(self.value_rule(val, plain=len(m.values or ()) > MAX_SPELLED_VALUES))
+            strict = self.strict_integer and t == "integer" and isinstance(val, int) and (
+                m.types is not None and "number" not in m.types)
+            lits.append(_literal(val) if strict else self.value_rule(val, plain=len(m.values or ()) > MAX_SPELLED_VALUES))
         if not lits:
             return None
         return "(" + " | ".join(f"( {x} )" for x in dict.fromkeys(lits)) + ")"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import SchemaError
+from .dialect import IGNORED_PREFIX
 from .enforce_base import (
     ANNOTATIONS,
     HANDLED,
@@ -22,8 +23,6 @@ from .regex import (
 )
 
 _NOT_ENFORCED = {
-    "dependentSchemas": "a schema applied when a key is present: not merged (the object grammar would need a branch "
-                        "per set of present keys)",
     "dependencies": "draft 7 dependencies: not merged (a schema or key list applied when a key is present)",
     "unevaluatedProperties": "depends on which keys the other keywords evaluated (annotations): not enforced",
     "unevaluatedItems": "depends on which items the other keywords evaluated (annotations): not enforced",
@@ -54,6 +53,8 @@ class MergeMixin:
             seg = unquote(raw.replace("~1", "/").replace("~0", "~"))
             if isinstance(target, dict) and seg in target:
                 target = target[seg]
+            elif isinstance(target, dict) and IGNORED_PREFIX + seg in target:
+                target = target[IGNORED_PREFIX + seg]  # a keyword the dialect does not define, renamed
             elif isinstance(target, list) and seg.isdigit() and int(seg) < len(target):
                 target = target[int(seg)]
             else:
@@ -224,14 +225,15 @@ class MergeMixin:
                 return
             yes: dict = {"type": sorted(names)}
             no: dict = {"type": sorted(set(TYPES) - names)}
-            then = [({"allOf": [yes, s.get("then", True)]}, f"{p}/then"),
-                    ({"allOf": [no, s.get("else", True)]}, f"{p}/else")]
+            then = self.made(("if-type", id(s)), lambda: [({"allOf": [yes, s.get("then", True)]}, f"{p}/then"),
+                                                          ({"allOf": [no, s.get("else", True)]}, f"{p}/else")])
             m.anyofs.append((then, "if", p))
             return
         if isinstance(cond, dict) and set(cond) - ANNOTATIONS in ({"const"}, {"enum"}) and _negatable(cond):
             # scalar values: (if and then) or (not if and else), the negation as a not of those values
-            then = [({"allOf": [cond, s.get("then", True)]}, f"{p}/then"),
-                    ({"allOf": [{"not": cond}, s.get("else", True)]}, f"{p}/else")]
+            then = self.made(("if-values", id(s)), lambda: [
+                ({"allOf": [cond, s.get("then", True)]}, f"{p}/then"),
+                ({"allOf": [{"not": cond}, s.get("else", True)]}, f"{p}/else")])
             m.anyofs.append((then, "if", p))
             return
         if "then" in s or "else" in s:
@@ -308,11 +310,17 @@ class MergeMixin:
         m.min_props, m.max_props = _bounds(s, "minProperties", "maxProperties", p, m.min_props, m.max_props)
         if "propertyNames" in s:
             m.names.append((s["propertyNames"], f"{p}/propertyNames"))
+        ds = s.get("dependentSchemas")
+        if isinstance(ds, dict):
+            # (key absent) or (key present and its schema): two disjoint branches per key
+            for k, sub in ds.items():
+                if sub is True or sub == {}:
+                    continue
+                where = f"{p}/dependentSchemas/{k}"
+                alts = self.made(("dependent", id(s), k), lambda k=k, sub=sub, where=where: [
+                    ({"properties": {k: False}}, where), ({"required": [k], "allOf": [sub]}, where)])
+                m.anyofs.append((alts, "dependentSchemas", p))
         dr = s.get("dependentRequired")
-        if dr is None and isinstance(s.get("dependencies"), dict) and all(
-                isinstance(v, list) for v in s["dependencies"].values()):
-            dr = s["dependencies"]
-            self.report.pop((p, "dependencies"), None)
         if isinstance(dr, dict):
             for k, v in dr.items():
                 m.dep_required.setdefault(k, [])

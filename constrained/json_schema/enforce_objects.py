@@ -10,10 +10,10 @@ from .enforce_base import (
     _literal,
     _Merged,
 )
+from .enforce_scalars import safe_strings, user_pattern, uses_class_escapes
 from .regex import (
     DFA,
     Unsupported,
-    compile_pattern,
     complement,
     intersect,
     literal_dfa,
@@ -58,9 +58,10 @@ class ObjectMixin:
         pat_dfas = []
         for pt, sch, pp in patterns:
             try:
-                pat_dfas.append((compile_pattern(pt), sch, pp))
+                pat_dfas.append((user_pattern(pt), sch, pp))
             except Unsupported as e:
-                self.unenforced(pp.rsplit("/", 1)[0], "patternProperties", f"{pt}: {e}")
+                # the key partition is lost: every key keyword of this object (additionalProperties, counts...)
+                self.unenforced(path, "patternProperties", f"{pt}: {e}; the object's other key keywords with it")
                 return self.gen_object_fallback(m, name)
 
         def value_subs(key: str | None, region: tuple[int, ...] = ()) -> list[Sub] | None:
@@ -93,6 +94,9 @@ class ObjectMixin:
         base = complement(literal_dfa(declared))
         if keys_ok is not None:
             base = intersect(base, keys_ok)
+        if pat_dfas:
+            # undeclared keys only where both regex dialects agree on every pattern
+            base = intersect(base, safe_strings(any(uses_class_escapes(pt) for pt, _s, _p in patterns)))
         regions = [()] + [c for n in range(1, len(pat_dfas) + 1) for c in itertools.combinations(range(len(pat_dfas)),
                                                                                                     n)]
         for region in regions:
@@ -145,6 +149,8 @@ class ObjectMixin:
         items = []  # (kv rule, mode: "must" / "may")
         for k, r, req in entries:
             mode = modes.get(k, "must" if req else "may")
+            if req and mode == "never":
+                return None  # required, but this dependentRequired variant has it absent: no such object
             if r is None:
                 if mode == "must":
                     return None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from fractions import Fraction
 
 from ..errors import SchemaError
+from .dialect import is_assertion
 from .enforce_base import (
     Sub,
     _Merged,
@@ -22,6 +25,31 @@ from .regex import (
     literal_dfa,
     with_length,
 )
+
+_CLASS_ESCAPES = re.compile(r"\\\\|\\[wWdDbB]")
+
+
+_SAFE = r"\x00-\x09\x0b\x0c\x0e-\x1b\x20-\x7f"
+_SAFE_WIDE = _SAFE + r"\x80-\x84\x86-\u2027\u202a-\ud7ff\ue000-\ufefe\uff00-\uffff"
+
+
+@functools.cache
+def safe_strings(ascii_only: bool) -> DFA:
+    r"""The strings on which ECMA-262 (the spec's regex dialect) and Python's ``re`` (jsonschema's) agree for any
+    pattern: without ``\n`` (Python's ``$`` matches before a final one), ``\r``, U+2028, U+2029 (ECMA's ``.``
+    does not match them), U+001C-U+001F, U+0085 (Python's ``\s`` only), U+FEFF (ECMA's only), surrogates and
+    characters past U+FFFF (two units for ECMA's ``.``, one for Python's); and ASCII only for a pattern with
+    ``\w``, ``\d`` or ``\b`` (Unicode-aware in Python, ASCII in ECMA)."""
+    return compile_pattern(f"^[{_SAFE if ascii_only else _SAFE_WIDE}]*$")
+
+
+def uses_class_escapes(pt: str) -> bool:
+    return any(m.group(0) != "\\\\" for m in _CLASS_ESCAPES.finditer(pt))
+
+
+def user_pattern(pt: str) -> DFA:
+    """A schema's pattern as an automaton, limited to ``safe_strings`` (both regex dialects agree there)."""
+    return intersect(compile_pattern(pt), safe_strings(uses_class_escapes(pt)))
 
 
 class ScalarMixin:
@@ -64,6 +92,10 @@ class ScalarMixin:
             dfas = number_dfas(integer, m.lo[0] if m.lo else None, bool(m.lo and m.lo[1]),
                                m.hi[0] if m.hi else None, bool(m.hi and m.hi[1]), None) \
                 if "multipleOf" in str(e) else number_dfas(integer, None, False, None, False, None)
+        if integer and self.strict_integer:
+            # drafts 3 and 4: an integer has no fraction part in its text (1.0 is a number only)
+            whole = compile_pattern("^-?(?:0|[1-9][0-9]*)$")
+            dfas = [intersect(d, whole) for d in dfas]
         if m.non_integer:
             if integer:
                 return None
@@ -85,7 +117,7 @@ class ScalarMixin:
                 elif not isinstance(spec, str):
                     raise SchemaError(f"JSON schema error at {p}: pattern must be a string", path=p)
                 else:
-                    part = compile_pattern(spec)
+                    part = user_pattern(spec)
                 d = part if d is None else intersect(d, part)
             except Unsupported as e:
                 if isinstance(spec, str) and _invalid_regex(spec):
@@ -94,7 +126,10 @@ class ScalarMixin:
                 self.unenforced(p, "pattern" if not isinstance(spec, tuple) else "not", f"{spec}: {e}")
         for fmt, p in m.formats:
             if fmt not in FORMATS:
-                if fmt not in ("regex", "unknown"):
+                if not is_assertion(fmt, self.dialect):
+                    self.annotation(p, "format", f"format {fmt} is not one of draft {self.dialect}'s formats: an "
+                                                 "annotation, which validators do not check")
+                else:
                     self.unenforced(p, "format", f"format {fmt} is not enforced")
                 continue
             if fmt in NOT_CHECKED:
@@ -118,9 +153,10 @@ class ScalarMixin:
                 return self.primitive("string")
             if m.max_len is not None and m.min_len > m.max_len:
                 return None
-            char = self.primitive("char")
-            rep = f"{char}{{{m.min_len},{'' if m.max_len is None else m.max_len}}}"
-            return f'"\\"" {rep} "\\""'
+            if not m.min_len:
+                # llama.cpp's char counts an escaped surrogate pair as two: only an upper bound stays sound
+                char = self.primitive("char")
+                return f'"\\"" {char}{{0,{m.max_len}}} "\\""'
         d = self.string_dfa(m, path)
         if d.is_empty():
             return None

@@ -19,6 +19,7 @@ from typing import Any
 from . import nodes as N
 from .converter import Converter
 from .json_text import INT64_MAX, INT64_MIN, u, value_type, wrap_int
+from .json_text import b as utf8_bytes
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,9 @@ class _Reporter:
             self.add(path, "format", f"format {u(s['format'])} is not supported (date, time, date-time, uuid only)")
         if node.max_length >= 0 and node.min_length > node.max_length and not node.pattern:
             self.add(path, "minLength", "minLength > maxLength: no string satisfies both")
+        elif node.min_length > 0 and not node.pattern and node.format == N.FORMAT_NONE:
+            self.add(path, "minLength", "an escaped surrogate pair (\\ud83d\\ude00) is two characters for "
+                                        "llama.cpp's grammar, one for validators: a string may fall short by one per pair")
 
     def pattern_escapes(self, node: N.Node, path: str) -> None:
         """A converted pattern is matched on the raw text between the quotes: a '"', a backslash or a control
@@ -424,3 +428,66 @@ def collect(doc: N.Document, conv: Converter, root_schema: Any) -> tuple[Unenfor
     for d in conv.ignored:
         r.add(d.path, d.keyword, u(d.message))
     return tuple(r.out.values())
+
+
+def _at(root: Any, path: str) -> Any:
+    node = root
+    for raw in path.split("/")[1:]:
+        seg = raw.replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and seg in node:
+            node = node[seg]
+        elif isinstance(node, dict) and utf8_bytes(seg) in node:
+            node = node[utf8_bytes(seg)]  # keys kept as UTF-8 bytes in str
+        elif isinstance(node, list) and seg.isdigit() and int(seg) < len(node):
+            node = node[int(seg)]
+        else:
+            return None
+    return node
+
+
+def dialect_report(report: tuple[UnenforcedKeyword, ...], root: Any, dialect: str
+                   ) -> tuple[tuple[UnenforcedKeyword, ...], tuple[UnenforcedKeyword, ...]]:
+    """llama.cpp mode's report read under the schema's dialect: ``format`` values the dialect does not define move
+    to the annotations (validators do not check them), and in drafts 3 and 4 a boolean ``exclusiveMinimum`` /
+    ``exclusiveMaximum`` (which llama.cpp's converter does not read, enforcing the inclusive bound) is reported.
+
+    >>> r, a = dialect_report((UnenforcedKeyword("#", "format", "x"),), {"format": "color"}, "7")
+    >>> r, [k.keyword for k in a]
+    ((), ['format'])
+    """
+    from .dialect import is_assertion
+
+    def uni(p: str) -> str:
+        try:
+            return u(p)
+        except UnicodeError:
+            return p  # already Unicode
+
+    kept, annotations = [], []
+    for k in report:
+        node = _at(root, k.path) if k.keyword == "format" else None
+        fmt = node.get("format") if isinstance(node, dict) else None
+        if isinstance(fmt, str) and not is_assertion(fmt, dialect):
+            annotations.append(UnenforcedKeyword(k.path, "format", f"format {fmt} is not one of draft {dialect}'s "
+                                                 "formats: an annotation, which validators do not check"))
+        else:
+            kept.append(k)
+    if dialect in ("3", "4"):
+        seen = {(k.path, k.keyword) for k in kept}
+        stack: list[tuple[Any, str]] = [(root, "#")]
+        while stack:
+            node, p = stack.pop()
+            if isinstance(node, list):
+                stack.extend((v, f"{p}/{i}") for i, v in enumerate(node))
+                continue
+            if not isinstance(node, dict):
+                continue
+            for excl, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+                flag = node.get(excl)
+                if flag and not isinstance(flag, (dict, list)) and bound in node and (uni(p), excl) not in seen:
+                    kept.append(UnenforcedKeyword(uni(p), excl, f"draft {dialect}: {excl} makes {bound} exclusive, "
+                                                  f"which llama.cpp's converter does not read (the bound itself passes)"))
+            for key, v in node.items():
+                if key not in ("const", "enum", "default", "examples"):
+                    stack.append((v, f"{p}/{key.replace('~', '~0').replace('/', '~1')}"))
+    return tuple(kept), tuple(annotations)

@@ -226,7 +226,7 @@ def _kw(schema: object) -> set[tuple[str, str]]:
     ({"type": "string", "format": "date", "maxLength": 3}, {("#", "maxLength"), ("#", "format")}),
     ({"type": "string", "format": "time"}, set()),
     ({"type": "string", "format": "uuid"}, set()),
-    ({"type": "string", "format": "uuid4"}, {("#", "format")}),
+    ({"type": "string", "format": "uuid4"}, set()),  # not a 2020-12 format: an annotation (conv.annotations)
     ({"type": "string", "pattern": "[a-z]+"}, {("#", "pattern")}),
     ({"type": "string", "pattern": "^[a-z]+$", "minLength": 2}, {("#", "minLength")}),
     ({"oneOf": [{"type": "string"}, {"type": "integer"}]}, set()),   # disjoint types: exactly one holds anyway
@@ -234,7 +234,8 @@ def _kw(schema: object) -> set[tuple[str, str]]:
     ({"oneOf": [{"properties": {"k": {"const": 1}}, "required": ["k"]},
                 {"properties": {"k": {"const": 2}}, "required": ["k"]}]}, set()),  # a discriminator
     ({"$ref": "#/$defs/a", "minLength": 3, "$defs": {"a": {"type": "string"}}}, {("#", "minLength")}),
-    ({"type": ["string", "integer"], "minLength": 2, "minimum": 1}, set()),
+    # an escaped surrogate pair is two of llama.cpp's chars, one character for validators
+    ({"type": ["string", "integer"], "minLength": 2, "minimum": 1}, {("#", "minLength")}),
     ({"type": ["number", "integer"], "minimum": 1}, {("#", "minimum")}),
     ({"enum": ["a", "bb"], "type": "string", "minLength": 2}, {("#", "minLength")}),
     ({"enum": ["aa", "bb"], "type": "string", "minLength": 2}, set()),

