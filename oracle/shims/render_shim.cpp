@@ -95,7 +95,11 @@ extern "C" char * chat_apply_shim(const char * src, const char * bos, const char
     try {
         auto body  = common_json::parse(body_json);
         auto tmpls = common_chat_templates_init(nullptr, src, bos, eos);
-        out["prompt"] = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body)).prompt;
+        auto params = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body));
+        out["prompt"] = params.prompt;
+        out["thinking_start_tag"] = params.thinking_start_tag;      // what the reasoning budget is built from
+        out["thinking_end_tags"]  = params.thinking_end_tags;
+        out["generation_prompt"]  = params.generation_prompt;
     } catch (const std::exception & e) {
         out["error"] = e.what();
     }
