@@ -55,9 +55,13 @@ def _jv(d: Any, key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
 
 def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, prefill_assistant: bool = True,
                 chat_template_kwargs: dict[str, Any] | None = None,
-                reasoning_format: str = "deepseek") -> dict[str, Any]:
+                reasoning_format: str = "deepseek", reasoning_budget: int = -1,
+                reasoning_budget_message: str = "") -> dict[str, Any]:
     """The ``/completion`` body a chat request becomes (``prompt`` rendered, grammar chosen). ``reasoning_format``
-    is the server's ``--reasoning-format`` (the request's field wins)."""
+    is the server's ``--reasoning-format`` (the request's field wins); ``reasoning_budget`` /
+    ``reasoning_budget_message`` its ``--reasoning-budget`` / ``--reasoning-budget-message`` (the request's
+    ``reasoning_budget_tokens`` / ``thinking_budget_tokens`` and ``reasoning_budget_message`` win): with the
+    template's thinking tags they become the reasoning-budget sampler's fields (server-common.cpp:1412-1427)."""
     out: dict[str, Any] = {}
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
@@ -241,6 +245,19 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
+    if jinja:                # the reasoning budget, when the template has thinking tags (server-common.cpp:1412)
+        from ..chat.thinking import thinking_tags
+
+        budget = _jv(body, "reasoning_budget_tokens", _jv(body, "thinking_budget_tokens", -1, int), int)
+        if budget == -1:
+            budget = reasoning_budget
+        start_tag, end_tags = thinking_tags(templates)
+        if end_tags:
+            out["reasoning_budget_tokens"] = budget
+            out["reasoning_budget_start_tag"] = start_tag
+            out["reasoning_budget_end_tags"] = end_tags
+            out["reasoning_budget_message"] = _jv(body, "reasoning_budget_message", reasoning_budget_message, str)
+            out["reasoning_control"] = _jv(body, "reasoning_control", False, bool)
     if _jv(body, "logprobs", False, bool):
         if has_tools and _jv(body, "stream", False, bool):
             raise _bad("logprobs is not supported with tools + stream")

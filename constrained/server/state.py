@@ -40,6 +40,8 @@ class ServerConfig:
     log_requests: bool = True
     verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
     reasoning_format: str = "auto"               # --reasoning-format (a request's own field wins)
+    reasoning_budget: int = -1                   # --reasoning-budget (a request's reasoning_budget_tokens wins)
+    reasoning_budget_message: str = ""           # --reasoning-budget-message
     build_info: str = "b0-unknown"
 
 
@@ -84,4 +86,4 @@ class ServerState:
         e = self.engine
         return TaskParams.from_body(data, n_parallel=e.n_parallel, vocab=e.vocab, base=e.cfg.sampling,
                                     base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat,
-                                    verbose=self.cfg.verbose)
+                                    verbose=self.cfg.verbose, base_reasoning_budget=self.cfg.reasoning_budget)
