@@ -208,7 +208,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
         if not _empty(json_schema):
             try:
-                out["grammar"] = response_format_grammar(json_schema, gen_prompt)
+                out["grammar"] = _response_format_grammar(templates, json_schema, gen_prompt,
+                                                          reasoning_format != "none")
             except Exception as e:  # noqa: BLE001
                 raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
                            f"JSON schema conversion failed:\n{_schema_errors(e)}") from None
@@ -217,6 +218,18 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
+        if not _empty(json_schema) and "grammar" in out:    # response_format after the reasoning: its parser
+            from ..chat.autoparser import analyze_reasoning
+            from ..chat.autoparser_prompt import specialized_handler
+
+            if specialized_handler(templates.source) is None:
+                try:
+                    r = analyze_reasoning(templates)
+                except ChatTemplateError:
+                    r = None
+                if r is not None:
+                    out["_reply"] = ReplySpec(gen_prompt, r.mode, r.start, r.end, extract=reasoning_format != "none",
+                                              response_format=True)
         if own_parser and _empty(json_schema):           # the reply parser: the autoparser's or a handler's
             from ..chat.autoparser import analyze_content, analyze_reasoning
             from ..chat.autoparser_prompt import specialized_handler
@@ -276,6 +289,24 @@ def _gbnf_literal(text: str) -> str:
         out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}.get(ch, ch))
     out.append('"')
     return "".join(out)
+
+
+def _response_format_grammar(templates: ChatTemplates, schema: Any, gen_prompt: str, extract: bool) -> str:
+    """llama-server's ``response_format`` grammar for an autoparser template (after its reasoning block, when the
+    template has one and it is extracted: :func:`constrained.chat.tool_grammar.response_format_grammar`); a
+    specialised handler's template keeps :func:`response_format_grammar` (not reproduced: CHANGELOG)."""
+    from ..chat.autoparser import analyze_reasoning
+    from ..chat.autoparser_prompt import specialized_handler
+    from ..chat.tool_grammar import response_format_grammar as rf_grammar
+
+    if specialized_handler(templates.source) is not None:
+        return response_format_grammar(schema, gen_prompt)
+    try:
+        r = analyze_reasoning(templates)
+    except ChatTemplateError:
+        return response_format_grammar(schema, gen_prompt)
+    tags = (r.start, r.end) if extract and r.mode != "none" and r.end.strip() else None
+    return rf_grammar(schema, gen_prompt, tags, r.start if r.mode != "none" else "")
 
 
 def response_format_grammar(schema: Any, gen_prompt: str) -> str:

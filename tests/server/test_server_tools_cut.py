@@ -35,8 +35,8 @@ def _bodies(fmt: str) -> list[dict]:
         msgs = []
         if shot:
             msgs = [{"role": "user", "content": "What is the weather in Rome?"},
-                    {"role": "assistant", "content": CALL[fmt]}, {"role": "user", "content": "Thanks. Next one."}]
-        msgs.append({"role": "user", "content": "What is the weather in Paris?"})
+                    {"role": "assistant", "content": CALL[fmt]}]
+        msgs.append({"role": "user", "content": "Thanks. What is the weather in Paris?"})   # roles alternate
         for n in CUTS:
             for stream in (False, True):
                 out.append({"messages": msgs, "tools": [WEATHER, ADD], "tool_choice": "auto", "temperature": 0.0,
