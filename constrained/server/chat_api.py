@@ -177,6 +177,14 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         else:
             prompt = templates.apply_legacy(msgs, add_gen)
     except ChatTemplateError as e:
+        if jinja:
+            from ..chat.autoparser_prompt import specialized_handler
+
+            if specialized_handler(templates.source) is None:
+                # the autoparser renders inside generate_parser: an invalid_argument, HTTP 400 (chat.cpp:1362-1364);
+                # the text after the prefix is ours (llama.cpp's jinja adds the failing source position)
+                raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
+                           f"{e}") from None
         raise _server(str(e)) from None
     out["chat_format"] = 0
     out["prompt"] = prompt
