@@ -141,6 +141,9 @@ class Sampler:
         self._topk_first = 0
         self.cur: Candidates | None = None
         self._pending: list[int] = []
+        # common_sampler's reasoning-budget sampler (sampler.reasoning_budget), applied before the chain; it is fed
+        # generated tokens only, by the caller (common_sampler_accept's is_generated), and not reset with the chain
+        self.rbudget: Any = None
         if self.n_vocab is not None:
             self._build(self.n_vocab)
 
@@ -260,7 +263,10 @@ class Sampler:
         Raises:
             ValueError: logits that are not a 1-D float array of the vocabulary's size, or that contain NaN.
         """
-        return self._sample(self._logits(logits, defer_nan=True), nan_checked=False)
+        a = self._logits(logits, defer_nan=True)
+        if self.rbudget is not None:
+            a = self.rbudget.mask_logits(a)
+        return self._sample(a, nan_checked=False)
 
     def _sample(self, a: np.ndarray, nan_checked: bool = True) -> int:
         if not nan_checked and self._topk_first:
@@ -297,6 +303,8 @@ class Sampler:
             ValueError: nothing selectable (llama.cpp's "no selected token during sampling ..." assertion).
         """
         a = self._logits(logits, defer_nan=True)
+        if self.rbudget is not None:            # applied first, on both draws (common_sampler_sample)
+            a = self.rbudget.mask_logits(a)
         tok = self._sample(a, nan_checked=False)
         if allows(tok):
             return tok, False
@@ -342,6 +350,7 @@ class Sampler:
         s._active = [st for st in s.steps if not _noop(st)] if s.steps is not None else []
         s._tail, s._prog = _fused_tail(s._active)
         s._pending = list(self._pending)
+        s.rbudget = self.rbudget.clone() if self.rbudget is not None else None
         s.cur = self.cur.copy() if self.cur is not None else None
         return s
 

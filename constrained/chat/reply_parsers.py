@@ -155,6 +155,7 @@ class ReplySpec:
     enable_thinking: bool = True
     source: str = ""
     continuation: str = ""          # a prefill continued: "content" or "reasoning"
+    response_format: bool = False   # the autoparser's response_format parser (the JSON is the content)
 
 
 class _Peek(_P):
@@ -178,7 +179,11 @@ def _autoparser(spec: ReplySpec) -> _P:
 
     rp = _reasoning(_Fmt) if _Fmt.reasoning else _Eps()         # analyze_reasoning::build_parser
     cs, ce = spec.content_start, spec.content_end
-    if cs and ce:                                               # analyze_content::build_parser, always wrapped
+    if spec.response_format:                                    # chat-auto-parser-generator.cpp:120-125
+        js = _Wrap(CONTENT, _json())
+        body = _Seq(rp, _Space(), _Choice(_Seq(_Lit("```json"), _Space(), js, _Space(), _Lit("```")),
+                                          _Seq(_Space(), js, _Space())), _End())
+    elif cs and ce:                                               # analyze_content::build_parser, always wrapped
         lead = rp if extracting else _Wrap(CONTENT, _Until(cs))
         body = _Seq(lead, _Lit(cs), _Wrap(CONTENT, _Until(ce)), _Lit(ce), _End())
     else:
@@ -187,7 +192,7 @@ def _autoparser(spec: ReplySpec) -> _P:
     gp = spec.generation_prompt
     prefix = gp[:gp.find(rs)] if rs and rs in gp else gp
     head = _Lit(prefix) if prefix else _Eps()
-    return _Seq(head, body) if spec.mode == "none" else _Seq(head, _Space(), body)
+    return _Seq(head, body) if spec.mode == "none" and not spec.response_format else _Seq(head, _Space(), body)
 
 
 def _think(start: str, end: str, *stops: str) -> _P:

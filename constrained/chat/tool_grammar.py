@@ -25,7 +25,7 @@ from typing import Any
 
 from .tool_formats import ToolFormat
 
-__all__ = ["PEG_JSON_RULES", "build_tool_grammar", "excluding_grammar", "rule_name"]
+__all__ = ["PEG_JSON_RULES", "build_tool_grammar", "excluding_grammar", "response_format_grammar", "rule_name"]
 
 # the rules llama.cpp's PEG builder emits for its generic JSON parser (common/peg-parser.cpp json()), which are
 # reachable from every tool rule and from the response_format grammar of --jinja (constrained.server.chat_api)
@@ -224,5 +224,56 @@ def build_tool_grammar(fmt: ToolFormat, tools: Sequence[Any], *, parallel: bool,
             conv.add_rule("root", "(tool-call space)+" if parallel else "tool-call space")
         else:
             conv.add_rule("root", "tool-call space")
+    conv.check_errors()
+    return conv.format_grammar()
+
+
+def _optspace_count(tag: str) -> int:
+    # the parsers optspace(tag) adds to the PEG arena: eps, then per whitespace character literal + optional +
+    # sequence, and the trimmed tag's literal + sequence
+    core = tag.strip()
+    if not core:
+        return 1 + 3 * len(tag)
+    i = tag.index(core)
+    return 1 + 3 * i + 2 + 3 * (len(tag) - i - len(core))
+
+
+def response_format_grammar(schema: Any, generation_prompt: str, reasoning: tuple[str, str] | None = None,
+                            reasoning_start: str = "") -> str:
+    """The GBNF of llama-server's ``response_format`` parser for an autoparser template
+    (``autoparser::build_parser``, chat-auto-parser-generator.cpp:115-134): the generation prompt up to the
+    reasoning start tag (``p.prefix``), space, the reasoning block when it is extracted (``reasoning``: the start
+    and end markers as the template writes them; its ``until`` rule is named after its arena id, built right after
+    the end tag's ``optspace``, which GCC evaluates first), space, then the schema's JSON bare or in a
+    ```` ```json ```` fence; the schema's rules named under ``response-format-schema``. ``reasoning_start``: the
+    template's start marker, for the prefix even when reasoning is not extracted.
+
+    >>> g = response_format_grammar({"type": "integer"}, "<a>\\n<think>\\n", ("<think>", "</think>"), "<think>")
+    >>> [line for line in g.splitlines() if line.startswith("root")]
+    ['root ::= "<a>\\\\n" space ("<think>" until-4 "</think>")? space ("```json" space response-format space "```" | space response-format space)']
+    """
+    from ..json_schema.converter import Converter
+    from ..json_schema.json_text import load
+    from ..json_schema.nodes import build_document
+
+    conv = Converter()
+    for n, body in PEG_JSON_RULES.items():
+        conv.add_rule(n, body)
+    schema_rule = conv.visit(build_document(load(schema)).root, "response-format-schema")
+    conv.add_rule("response-format", schema_rule)
+    rs = reasoning_start.strip()
+    prefix = generation_prompt[:generation_prompt.find(rs)] if rs and rs in generation_prompt else generation_prompt
+    parts = [_lit(prefix)] if prefix else []
+    parts.append("space")
+    if reasoning is not None and reasoning[1].strip():
+        start, end = reasoning
+        uid = 1 + _optspace_count(end)
+        block = " ".join(x for x in (_optspace(start) if start.strip() else "", f"until-{uid}", _optspace(end)) if x)
+        parts.append(f"({block})?")
+        for line in excluding_grammar(f"until-{uid}", [end.strip()]).split("\n"):
+            k, v = line.split(" ::= ", 1)
+            conv.add_rule(k, v)
+    parts.append('space ("```json" space response-format space "```" | space response-format space)')
+    conv.add_rule("root", " ".join(parts))
     conv.check_errors()
     return conv.format_grammar()

@@ -377,6 +377,8 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
     if setup.tool_choice == "none" or not setup.tools:
         if f.reasoning and setup.fmt != "generic":       # the content parser still takes the reasoning out
             r = parse_json_tools(text, f, (), parallel=False, tools=False)
+            if not (r.content or r.reasoning):
+                return ParsedReply(text)                 # an empty message: the generated text (as below)
             return ParsedReply(r.content, reasoning_content=r.reasoning)
         return ParsedReply(text)
     names = {t.name: t for t in setup.tools}
@@ -405,6 +407,10 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
                               cid or (ids[i] if i < len(ids) else new_tool_call_id()), issues))
     if why is not None and not calls:
         return ParsedReply(text, reasoning_content="", parse_error=why)
+    if not (r.content or r.reasoning or calls):
+        # llama-server answers an empty parsed message with the generated text (server-task.cpp:415-422): a reply
+        # cut by max_tokens inside a marker (`<tool`), or whitespace only
+        return ParsedReply(text)
     return ParsedReply(r.content, calls, r.reasoning, parse_error=why)
 
 

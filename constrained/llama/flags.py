@@ -96,6 +96,7 @@ class ServerArgs:
     reasoning_format: str = "auto"
     reasoning: str = "auto"
     reasoning_budget: int = -1
+    reasoning_budget_message: str = ""
     prefill_assistant: bool = True
     slots: bool = True
     metrics: bool = False
@@ -157,6 +158,14 @@ def _tri(v: str, flag: str) -> str:
 
 # ---------------------------------------------------------------- the flag table
 _State = dict[str, Any]
+def _reasoning_budget(v: str) -> int:
+    """``--reasoning-budget N``: -1 unlimited, 0 end at once, N tokens (arg.cpp: below -1 is ``invalid value``)."""
+    x = stoi(v)
+    if x < -1:
+        raise ValueError("invalid value")
+    return x
+
+
 _H = Callable[[_State, str], None]
 
 
@@ -368,7 +377,8 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("--chat-template-kwargs",), _kwargs),
     (("--reasoning-format",), _set("reasoning_format", _reasoning_format)),
     (("-rea", "--reasoning"), lambda st, v: st.__setitem__("reasoning", _tri(v, "--reasoning"))),
-    (("--reasoning-budget",), _set("reasoning_budget", stoi)),
+    (("--reasoning-budget",), _set("reasoning_budget", _reasoning_budget)),
+    (("--reasoning-budget-message",), _set("reasoning_budget_message")),
     (("--cors-origins",), _set("cors_origins")),
 ]
 
@@ -414,7 +424,7 @@ IGNORED_FLAGS: dict[str, int] = {
                      "-dt", "--defrag-thold", "--cors-methods", "--cors-headers", "--path", "--sleep-idle-seconds",
                      "--tags", "-ncmoe", "--n-cpu-moe", "-ncffn", "--n-cpu-ffn", "-lm", "--load-mode", "-lzm",
                      "--lazy-mode", "--slot-save-path", "--media-path", "--ui-config", "--webui-config",
-                     "--ui-config-file", "--webui-config-file", "--reasoning-budget-message", "--models-max",
+                     "--ui-config-file", "--webui-config-file", "--models-max",
                      "--reasoning-effort", "-r", "--reverse-prompt"], 1),
 }
 

@@ -218,7 +218,9 @@ def build_app(state: ServerState) -> Starlette:
         heavy = len(getattr(request, "_body", b"")) >= HEAVY_BYTES or bool(data.get("tools"))
         return await offload(chat_params, dict(data), state.templates, heavy=heavy, jinja=cfg.jinja,
                              prefill_assistant=cfg.prefill_assistant, chat_template_kwargs=cfg.chat_template_kwargs,
-                             reasoning_format=cfg.reasoning_format)
+                             reasoning_format=cfg.reasoning_format,
+                             reasoning_budget=cfg.reasoning_budget,
+                             reasoning_budget_message=cfg.reasoning_budget_message)
 
     async def apply_template(request: Request) -> Response:
         return json_response({"prompt": (await chat_body(request))["prompt"]})
@@ -261,6 +263,20 @@ def build_app(state: ServerState) -> Starlette:
         prompt = (await converted_body(request, responses_to_chat))["prompt"]
         n = len(await offload(eng.tokenize_prompt, prompt, heavy=len(prompt) >= HEAVY_BYTES))
         return json_response({"input_tokens": n, "object": "response.input_tokens"})
+
+    async def chat_control(request: Request) -> Response:
+        # post_control (server-context.cpp:4931-4966): {"id": <chatcmpl id>, "action": "reasoning_end"}
+        import asyncio
+
+        data = await read_body(request, cfg.max_body)
+        body = data if isinstance(data, dict) else {}
+        cmpl_id = body.get("id") if isinstance(body.get("id"), str) else ""
+        action = body.get("action") if isinstance(body.get("action"), str) else ""
+        if not cmpl_id:
+            raise HttpError("missing completion id", "invalid_request_error")
+        if action != "reasoning_end":
+            raise HttpError("unknown control action", "invalid_request_error")
+        return json_response(await asyncio.to_thread(eng.control, cmpl_id, action))
 
     def not_supported(message: str) -> Any:
         async def h(request: Request) -> Response:
@@ -322,6 +338,7 @@ def build_app(state: ServerState) -> Starlette:
         Route("/tokenize", wrap(tokenize), methods=["POST"]), Route("/detokenize", wrap(detokenize), methods=["POST"]),
         Route("/apply-template", wrap(apply_template), methods=["POST"]),
         Route("/v1/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
+        Route("/v1/chat/completions/control", wrap(chat_control), methods=["POST"]),
         Route("/chat/completions/input_tokens", wrap(chat_input_tokens), methods=["POST"]),
         Route("/v1/messages", wrap(anthropic_messages), methods=["POST"]),
         Route("/v1/messages/count_tokens", wrap(anthropic_count_tokens), methods=["POST"]),

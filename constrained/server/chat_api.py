@@ -55,9 +55,13 @@ def _jv(d: Any, key: str, default: Any, kind: type | tuple[type, ...]) -> Any:
 
 def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, prefill_assistant: bool = True,
                 chat_template_kwargs: dict[str, Any] | None = None,
-                reasoning_format: str = "deepseek") -> dict[str, Any]:
+                reasoning_format: str = "deepseek", reasoning_budget: int = -1,
+                reasoning_budget_message: str = "") -> dict[str, Any]:
     """The ``/completion`` body a chat request becomes (``prompt`` rendered, grammar chosen). ``reasoning_format``
-    is the server's ``--reasoning-format`` (the request's field wins)."""
+    is the server's ``--reasoning-format`` (the request's field wins); ``reasoning_budget`` /
+    ``reasoning_budget_message`` its ``--reasoning-budget`` / ``--reasoning-budget-message`` (the request's
+    ``reasoning_budget_tokens`` / ``thinking_budget_tokens`` and ``reasoning_budget_message`` win): with the
+    template's thinking tags they become the reasoning-budget sampler's fields (server-common.cpp:1412-1427)."""
     out: dict[str, Any] = {}
     tools = body.get("tools")
     has_tools = isinstance(tools, list) and len(tools) > 0
@@ -176,6 +180,14 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         else:
             prompt = templates.apply_legacy(msgs, add_gen)
     except ChatTemplateError as e:
+        if jinja:
+            from ..chat.autoparser_prompt import specialized_handler
+
+            if specialized_handler(templates.source) is None:
+                # the autoparser renders inside generate_parser: an invalid_argument, HTTP 400 (chat.cpp:1362-1364);
+                # the text after the prefix is ours (llama.cpp's jinja adds the failing source position)
+                raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
+                           f"{e}") from None
         raise _server(str(e)) from None
     out["chat_format"] = 0
     out["prompt"] = prompt
@@ -207,7 +219,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             gen_prompt = generation_prompt(templates, msgs, kwargs, enable_thinking)
         if not _empty(json_schema):
             try:
-                out["grammar"] = response_format_grammar(json_schema, gen_prompt)
+                out["grammar"] = _response_format_grammar(templates, json_schema, gen_prompt,
+                                                          reasoning_format != "none")
             except Exception as e:  # noqa: BLE001
                 raise _bad("Unable to generate parser for this template. Automatic parser generation failed: "
                            + _autoparser_schema_error(e)) from None
@@ -216,6 +229,18 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         elif grammar:
             out["grammar"] = grammar
         out["_chat_format_name"] = "peg-native"
+        if not _empty(json_schema) and "grammar" in out:    # response_format after the reasoning: its parser
+            from ..chat.autoparser import analyze_reasoning
+            from ..chat.autoparser_prompt import specialized_handler
+
+            if specialized_handler(templates.source) is None:
+                try:
+                    r = analyze_reasoning(templates)
+                except ChatTemplateError:
+                    r = None
+                if r is not None:
+                    out["_reply"] = ReplySpec(gen_prompt, r.mode, r.start, r.end, extract=reasoning_format != "none",
+                                              response_format=True)
         if own_parser and _empty(json_schema):           # the reply parser: the autoparser's or a handler's
             from ..chat.autoparser import analyze_content, analyze_reasoning
             from ..chat.autoparser_prompt import specialized_handler
@@ -244,6 +269,19 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
+    if jinja:                # the reasoning budget, when the template has thinking tags (server-common.cpp:1412)
+        from ..chat.thinking import thinking_tags
+
+        budget = _jv(body, "reasoning_budget_tokens", _jv(body, "thinking_budget_tokens", -1, int), int)
+        if budget == -1:
+            budget = reasoning_budget
+        start_tag, end_tags = thinking_tags(templates)
+        if end_tags:
+            out["reasoning_budget_tokens"] = budget
+            out["reasoning_budget_start_tag"] = start_tag
+            out["reasoning_budget_end_tags"] = end_tags
+            out["reasoning_budget_message"] = _jv(body, "reasoning_budget_message", reasoning_budget_message, str)
+            out["reasoning_control"] = _jv(body, "reasoning_control", False, bool)
     if _jv(body, "logprobs", False, bool):
         if has_tools and _jv(body, "stream", False, bool):
             raise _bad("logprobs is not supported with tools + stream")
@@ -262,6 +300,24 @@ def _gbnf_literal(text: str) -> str:
         out.append({"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}.get(ch, ch))
     out.append('"')
     return "".join(out)
+
+
+def _response_format_grammar(templates: ChatTemplates, schema: Any, gen_prompt: str, extract: bool) -> str:
+    """llama-server's ``response_format`` grammar for an autoparser template (after its reasoning block, when the
+    template has one and it is extracted: :func:`constrained.chat.tool_grammar.response_format_grammar`); a
+    specialised handler's template keeps :func:`response_format_grammar` (not reproduced: CHANGELOG)."""
+    from ..chat.autoparser import analyze_reasoning
+    from ..chat.autoparser_prompt import specialized_handler
+    from ..chat.tool_grammar import response_format_grammar as rf_grammar
+
+    if specialized_handler(templates.source) is not None:
+        return response_format_grammar(schema, gen_prompt)
+    try:
+        r = analyze_reasoning(templates)
+    except ChatTemplateError:
+        return response_format_grammar(schema, gen_prompt)
+    tags = (r.start, r.end) if extract and r.mode != "none" and r.end.strip() else None
+    return rf_grammar(schema, gen_prompt, tags, r.start if r.mode != "none" else "")
 
 
 def response_format_grammar(schema: Any, gen_prompt: str) -> str:

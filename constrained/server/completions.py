@@ -116,6 +116,8 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
     all_tasks = [t for task in tasks for t in (task, *task.children)]
     stream = params0.stream if params0 else False
     cmpl_id = gen_id()
+    for t in all_tasks:
+        t.cmpl_id = cmpl_id
     created = int(time.time())
     model = state.model_name
     fp = cfg.build_info

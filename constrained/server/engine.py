@@ -139,7 +139,9 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self.slots = [Slot(i, self.n_ctx_slot) for i in range(n_par)]
         for s in self.slots:
             s.reset_gen()
-        self._queue: queue.Queue[Task | None] = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._controls: list[tuple[str, str, dict[str, Any], threading.Event]] = []
+        self._controls_lock = threading.Lock()
         self._deferred: list[Task] = []
         self._thread: threading.Thread | None = None
         self._stop = False
@@ -291,6 +293,38 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
             return
         self._queue.put(task)
 
+    def control(self, cmpl_id: str, action: str, timeout: float = 30.0) -> dict[str, Any]:
+        """``SERVER_TASK_TYPE_CONTROL`` (server-context.cpp:2446-2476), run on the worker thread between two
+        iterations: ``reasoning_end`` moves the live completion's reasoning budget from counting to forcing its end.
+        Returns the result JSON (``{"success": bool, "message"?}``). Blocks: call it off the event loop."""
+        done = threading.Event()
+        box: dict[str, Any] = {}
+        with self._controls_lock:
+            self._controls.append((cmpl_id, action, box, done))
+        self._queue.put(_WAKE)
+        if not done.wait(timeout):
+            return {"success": False, "message": "timed out"}
+        return box
+
+    def _run_controls(self) -> None:
+        with self._controls_lock:
+            todo, self._controls = self._controls, []
+        for cmpl_id, action, box, done in todo:
+            slot = next((s for s in self.slots if cmpl_id and s.task is not None and s.state != "idle"
+                         and s.task.cmpl_id == cmpl_id), None)
+            if slot is None:
+                box.update(success=False, message="no active completion for this id")
+            elif action != "reasoning_end":
+                box.update(success=False, message="unknown control action")
+            elif not slot.task.params.reasoning_control:
+                box.update(success=False, message="reasoning control not enabled for this completion")
+            else:
+                rb = slot.sampler.rbudget if slot.sampler is not None else None
+                if rb is not None:
+                    rb.force()                   # common_sampler_reasoning_budget_force: its result is not reported
+                box.update(success=True)
+            done.set()
+
     def busy(self) -> bool:
         return any(s.state != "idle" for s in self.slots)
 
@@ -332,15 +366,18 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
             else:
                 if t is None and self._stop:
                     break
-            if t is not None:
+            if t is not None and t is not _WAKE:
                 self._deferred.append(t)
+            if t is not None:
                 while True:
                     try:
                         more = self._queue.get_nowait()
                     except queue.Empty:
                         break
-                    if more is not None:
+                    if more is not None and more is not _WAKE:
                         self._deferred.append(more)
+            if self._controls:
+                self._run_controls()
             try:
                 self._launch_pending()
             except Exception as e:  # noqa: BLE001 - a failure outside every task's guard: the waiting tasks answered
@@ -363,6 +400,9 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                             self._release(s)
             elif self._deferred:
                 time.sleep(0.005)
+
+
+_WAKE = object()      # wakes the worker loop for a control request
 
 
 class _ModelHolder:

@@ -153,8 +153,12 @@ def _chunk(choices: list[Any], created: int, cmpl_id: str, model: str, fingerpri
 
 def chat_final(f: Final, message: dict[str, Any], model: str, cmpl_id: str, fingerprint: str, created: int,
                verbose: dict[str, Any] | None = None) -> dict[str, Any]:
-    """``to_json_oaicompat_chat`` (non-stream)."""
+    """``to_json_oaicompat_chat`` (non-stream). A parsed message with nothing in it (no content, reasoning or tool
+    calls: a reply cut by ``max_tokens`` inside a tool marker, say ``<tool``, or only whitespace the parser skips)
+    is answered with the generated text as its content, as llama-server does (server-task.cpp:415-422)."""
     p = f.task.params
+    if not (message.get("content") or message.get("reasoning_content") or message.get("tool_calls")):
+        message = {**message, "content": f.content.decode("utf-8", "replace")}
     choice: dict[str, Any] = {"finish_reason": _finish_reason(f, bool(message.get("tool_calls"))),
                               "index": f.task.index, "message": message}
     if not p.stream and f.probs and p.sampling.n_probs > 0:

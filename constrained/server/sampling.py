@@ -20,6 +20,8 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from sampler import token_probs
+from sampler.reasoning_budget import DONE as RB_DONE
+from sampler.reasoning_budget import IDLE as RB_IDLE
 from sampler.stdalgo import sort_perm
 
 from ..errors import ConstrainedError
@@ -54,12 +56,23 @@ class SlotSampling:
         p = task.params
         logits = self._logits_row(row)
         m = s.matcher
-        if m is not None:
+        rb = s.sampler.rbudget
+        # grammar_should_apply: a lazy grammar waits while the reasoning budget counts or forces (common/sampling.cpp)
+        use_grammar = m is not None and (rb is None or not p.grammar_lazy or rb.state in (RB_IDLE, RB_DONE))
+        if use_grammar:
             tok, _ = s.sampler.sample_constrained(logits, m.allows, m.mask)
-            if not self.vocab.is_eog(tok) and not m.accept_token(tok):
-                raise ConstrainedError(f"the grammar rejected the sampled token {tok}")
         else:
             tok = s.sampler.sample(logits)
+        # common_sampler_accept: the budget first; on its end, the matched end tag replayed into a grammar that did
+        # not see the token (it may complete a trigger); then the grammar, then the chain
+        if rb is not None:
+            rb.accept(tok)
+            if m is not None and not use_grammar and rb.state == RB_DONE and rb.end_match:
+                for t in rb.end_match:
+                    if not m.accept_token(t):
+                        raise ConstrainedError(f"the grammar rejected the reasoning end token {t}")
+        if use_grammar and not self.vocab.is_eog(tok) and not m.accept_token(tok):
+            raise ConstrainedError(f"the grammar rejected the sampled token {tok}")
         s.sampler.accept(tok)
         s.n_decoded += 1
         now = time.perf_counter()

@@ -20,6 +20,7 @@ import numpy as np
 from llama_cpp import llama_cpp as L
 
 from sampler import Sampler
+from sampler.reasoning_budget import INT_MAX, ReasoningBudget
 
 from ..errors import ConstrainedError
 from ..grammar import Grammar
@@ -184,6 +185,7 @@ class SlotScheduler:
                     slot.matcher = g.matcher(self.vocab)
                     if p.generation_prompt and p.grammar_type in ("tool_calls", "output_format"):
                         self._prefill(slot.matcher, p.generation_prompt)
+            slot.sampler.rbudget = self._reasoning_budget(p)
         except ConstrainedError:
             self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
                                         "invalid_request_error"))
@@ -201,16 +203,36 @@ class SlotScheduler:
         self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
         return True
 
-    def _prefill(self, matcher: Any, gen_prompt: str) -> None:
-        """``common_sampler_init``: the generation prompt's tokens fed to the grammar (a leading space token the
-        tokenizer adds before a special token is skipped)."""
-        toks = self.tokenize(gen_prompt, False, True)
-        for i, t in enumerate(toks):
+    def _prefill_tokens(self, gen_prompt: str) -> list[int]:
+        """``common_sampler_init``'s prefill tokens: the generation prompt tokenized with specials, a leading space
+        token the tokenizer adds before a special token skipped."""
+        out = []
+        for i, t in enumerate(self.tokenize(gen_prompt, False, True) if gen_prompt else []):
             piece = self.piece(t, True)
             if i == 0 and piece[:1].isspace() and not gen_prompt[:1].isspace():
                 continue
+            out.append(t)
+        return out
+
+    def _prefill(self, matcher: Any, gen_prompt: str) -> None:
+        """``common_sampler_init``: the generation prompt's tokens fed to the grammar."""
+        for t in self._prefill_tokens(gen_prompt):
             if not matcher.accept_token(t):
                 raise ValueError("grammar prefill failed for the generation prompt")
+
+    def _reasoning_budget(self, p: Any) -> Any:
+        """``common_sampler_init``'s reasoning-budget sampler: built when the start and end tags are known and the
+        grammar is lazy, a budget is set or ``reasoning_control`` is on (INT_MAX for an unlimited budget), then
+        fed the generation prompt's tokens (a prompt that opens the thinking block starts it counting)."""
+        if not (p.reasoning_budget_start and p.reasoning_budget_end
+                and (p.grammar_lazy or p.reasoning_budget_tokens >= 0 or p.reasoning_control)):
+            return None
+        budget = INT_MAX if p.reasoning_budget_tokens < 0 else p.reasoning_budget_tokens
+        rb = ReasoningBudget([p.reasoning_budget_start], p.reasoning_budget_end, p.reasoning_budget_forced, budget,
+                             piece=lambda t: self.piece(t, False))
+        for t in self._prefill_tokens(p.generation_prompt):
+            rb.accept(t)
+        return rb
 
     def _release(self, slot: Slot) -> None:
         if slot.task is not None:

@@ -96,6 +96,7 @@ class Task:
         for c in self.children:
             c.parent = self
         self.cancelled = False
+        self.cmpl_id = ""                     # the response's id (chatcmpl-...): /v1/chat/completions/control
         self.user_starts: list[int] = []      # message spans: where user messages start (checkpoint breaks)
 
     def cancel(self) -> None:

@@ -40,6 +40,8 @@ class ServerConfig:
     log_requests: bool = True
     verbose: bool = False                       # -v / -lv N > 9: every response carries __verbose
     reasoning_format: str = "auto"               # --reasoning-format (a request's own field wins)
+    reasoning_budget: int = -1                   # --reasoning-budget (a request's reasoning_budget_tokens wins)
+    reasoning_budget_message: str = ""           # --reasoning-budget-message
     build_info: str = "b0-unknown"
     max_body: int = 100 * 1024 * 1024           # --max-body-size: httplib's payload limit (0: none); above, 413
     max_messages: int = 65536                   # --max-messages: a chat body with more is refused (400)
@@ -87,4 +89,4 @@ class ServerState:
         e = self.engine
         return TaskParams.from_body(data, n_parallel=e.n_parallel, vocab=e.vocab, base=e.cfg.sampling,
                                     base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat,
-                                    verbose=self.cfg.verbose)
+                                    verbose=self.cfg.verbose, base_reasoning_budget=self.cfg.reasoning_budget)

@@ -114,12 +114,18 @@ class TaskParams:
     parse_tool_calls: bool = False
     id_slot: int = -1
     sse_ping_interval: int = 30
+    reasoning_control: bool = False               # the budget sampler armed for /v1/chat/completions/control
+    reasoning_budget_tokens: int = -1             # -1: unlimited
+    reasoning_budget_start: list[int] = field(default_factory=list)        # the thinking start tag's tokens
+    reasoning_budget_end: list[list[int]] = field(default_factory=list)    # the end tags' tokens
+    reasoning_budget_forced: list[int] = field(default_factory=list)       # the message's, then the first end tag's
     extra: dict[str, Any] = field(default_factory=dict)   # endpoint-specific values (chat parser inputs...)
 
     @classmethod
     def from_body(cls, data: dict[str, Any], *, n_parallel: int, vocab: Any = None, base: Params | None = None,
                   base_n_predict: int = -1, antiprompt: list[str] | None = None, chat: bool = False,
-                  sse_ping_interval: int = 30, verbose: bool = False) -> TaskParams:
+                  sse_ping_interval: int = 30, verbose: bool = False,
+                  base_reasoning_budget: int = -1) -> TaskParams:
         """Read ``data`` (a ``/completion`` body, or the body a chat request becomes) field by field.
 
         Raises:
@@ -179,6 +185,7 @@ class TaskParams:
                                                                               t.preserved_tokens))
             if t.grammar_lazy and not t.grammar_triggers:
                 raise ValueError("Field 'grammar_triggers': Error: no triggers set for lazy grammar!")
+        _reasoning_fields(t, data, vocab, base_reasoning_budget)
         if isinstance(data.get("_chat_format_name"), str):      # set by the chat endpoint (jinja)
             t.chat_format = data["_chat_format_name"]
         t.id_slot = _int32(data.get("id_slot"), -1)
@@ -223,6 +230,37 @@ class TaskParams:
             "backend_sampling": self.backend_sampling, "lora": [],
         })
         return out
+
+
+def _reasoning_fields(t: TaskParams, data: dict[str, Any], vocab: Any, base_budget: int) -> None:
+    """server-schema.cpp:384-431, in its order: ``reasoning_control``, ``reasoning_budget_tokens`` (-1 ..
+    INT32_MAX, the base is ``--reasoning-budget``), ``reasoning_budget_start_tag``, ``reasoning_budget_end_tags``
+    (or ``reasoning_budget_end_tag``; empty tags skipped), ``reasoning_budget_message`` (the forced tokens: the
+    message's, then the first end tag's), each tokenized with specials."""
+    t.reasoning_control = _bool(data, "reasoning_control", False)
+    t.reasoning_budget_tokens = _hard_int(data, ("reasoning_budget_tokens",), base_budget, -1, INT32_MAX)
+    if vocab is None:
+        return
+
+    def tok(s: Any) -> list[int]:
+        return list(vocab.tokenize(_str(s), parse_special=True))
+
+    if _has(data, "reasoning_budget_start_tag"):
+        t.reasoning_budget_start = _field("reasoning_budget_start_tag", lambda: tok(data["reasoning_budget_start_tag"]))
+    for name in ("reasoning_budget_end_tags", "reasoning_budget_end_tag"):
+        if _has(data, name):
+            def ends(name: str = name) -> list[list[int]]:
+                v = data[name]
+                tags = [_str(x) for x in v] if name.endswith("tags") else [_str(v)]
+                return [tok(x) for x in tags if x]
+            t.reasoning_budget_end = _field("reasoning_budget_end_tags", ends)
+            break
+    if _has(data, "reasoning_budget_message") and t.reasoning_budget_end:
+        def forced() -> list[int]:
+            m = data["reasoning_budget_message"]
+            msg = m if isinstance(m, str) else ""
+            return (tok(msg) if msg else []) + t.reasoning_budget_end[0]
+        t.reasoning_budget_forced = _field("reasoning_budget_message", forced)
 
 
 def _triggers(items: Any, vocab: Any, preserved: list[int]) -> list[dict[str, Any]]:

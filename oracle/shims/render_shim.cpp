@@ -82,6 +82,9 @@ static common_chat_templates_inputs server_inputs(const common_chat_templates * 
         in.continue_final_message = COMMON_CHAT_CONTINUATION_AUTO;
         in.add_generation_prompt  = false;
     }
+    if (body.contains("json_schema")) {
+        in.json_schema = body.at("json_schema").dump();
+    }
     auto kwargs = body.value("chat_template_kwargs", common_json::object());
     if (kwargs.contains("enable_thinking")) {
         in.enable_thinking = kwargs.at("enable_thinking").get<bool>();
@@ -95,7 +98,13 @@ extern "C" char * chat_apply_shim(const char * src, const char * bos, const char
     try {
         auto body  = common_json::parse(body_json);
         auto tmpls = common_chat_templates_init(nullptr, src, bos, eos);
-        out["prompt"] = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body)).prompt;
+        auto params = common_chat_templates_apply(tmpls.get(), server_inputs(tmpls.get(), body));
+        out["prompt"] = params.prompt;
+        out["thinking_start_tag"] = params.thinking_start_tag;      // what the reasoning budget is built from
+        out["thinking_end_tags"]  = params.thinking_end_tags;
+        out["generation_prompt"]  = params.generation_prompt;
+        out["grammar"]            = params.grammar;
+        out["grammar_lazy"]       = params.grammar_lazy;
     } catch (const std::exception & e) {
         out["error"] = e.what();
     }
