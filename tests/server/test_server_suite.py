@@ -32,6 +32,12 @@ SELECTION = [
     "unit/test_metrics.py::test_metrics_prompt_processed_and_cached",
     "unit/test_metrics.py::test_metrics_generation_rate_excludes_first_token",
     "unit/test_metrics.py::test_metrics_timings_on_prompt_progress",
+    # Anthropic Messages (pass on the real llama-server with the same model too)
+    "unit/test_compat_anthropic.py::test_anthropic_messages_basic",
+    "unit/test_compat_anthropic.py::test_anthropic_messages_streaming",
+    "unit/test_compat_anthropic.py::test_anthropic_count_tokens_with_system",
+    "unit/test_compat_anthropic.py::test_anthropic_missing_messages",
+    "unit/test_compat_anthropic.py::test_anthropic_stop_sequences",
 ]
 
 
