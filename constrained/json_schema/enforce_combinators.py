@@ -58,9 +58,15 @@ class CombinatorMixin:
         for alts, _kw, _p in groups:
             n *= len(alts)
         if n > MAX_BRANCHES:
-            alts, kw, p = groups[-1]
-            self.unenforced(p, kw, f"more than {MAX_BRANCHES} combinations of alternatives")
-            groups = groups[:1]
+            # keep the groups that fit, in order; every group left out is reported (each one, not only the last)
+            kept, n = [], 1
+            for g in groups:
+                if n * len(g[0]) <= MAX_BRANCHES or not kept:
+                    kept.append(g)
+                    n *= len(g[0])
+                else:
+                    self.unenforced(g[2], g[1], f"more than {MAX_BRANCHES} combinations of alternatives")
+            groups = kept
         for alts, kw, p in groups:
             if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
