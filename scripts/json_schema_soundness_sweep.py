@@ -60,6 +60,34 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def compile_times(corpus: str, items: list, modes: list[str], timeout: float) -> None:
+    """``convert_json_schema`` alone, per mode: median / p90 / p99 / max, and the schemas over 1 s."""
+    from constrained.errors import SchemaError
+    from constrained.json_schema import convert_json_schema
+
+    for mode in modes:
+        times, slow, over = [], [], 0
+        for name, schema in items:
+            t = time.perf_counter()
+            signal.setitimer(signal.ITIMER_REAL, timeout)
+            try:
+                convert_json_schema(schema, enforce=mode)
+            except SchemaError:
+                pass
+            except _Timeout:
+                over += 1
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            dt = time.perf_counter() - t
+            times.append(dt)
+            if dt > 1:
+                slow.append((name, round(dt, 2)))
+        print(f"== {corpus} / {mode} compile: {len(times)} schemas, median {pct(times, .5) * 1e3:.1f} ms, p90 "
+              f"{pct(times, .9) * 1e3:.1f} ms, p99 {pct(times, .99) * 1e3:.1f} ms, max {max(times or [0]):.2f} s; "
+              f"{len(slow)} over 1 s, {over} over the {timeout} s budget")
+        print("   over 1 s:", slow[:30])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpus", default="real,suite,gen")
@@ -70,6 +98,7 @@ def main() -> None:
     ap.add_argument("--show-misses", type=int, default=20)
     ap.add_argument("--modes", default="llama.cpp,all")
     ap.add_argument("--only", default="")
+    ap.add_argument("--compile-only", action="store_true", help="compile times only (no documents)")
     args = ap.parse_args()
     from oracle.cases.json_schema_corpus import check_sound, real_world, suite_variants
 
@@ -81,6 +110,9 @@ def main() -> None:
             items = [it for it in items if args.only in it[0]]
         if args.limit:
             items = items[:args.limit]
+        if args.compile_only:
+            compile_times(corpus, items, args.modes.split(","), args.timeout)
+            continue
         for mode in args.modes.split(","):
             c: Counter = Counter()
             kw_table: Counter = Counter()

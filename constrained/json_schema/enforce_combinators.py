@@ -62,9 +62,15 @@ class CombinatorMixin:
         for alts, _kw, _p in groups:
             n *= len(alts)
         if n > MAX_BRANCHES:
-            alts, kw, p = groups[-1]
-            self.unenforced(p, kw, f"more than {MAX_BRANCHES} combinations of alternatives")
-            groups = groups[:1]
+            # keep the groups that fit, in order; every group left out is reported (each one, not only the last)
+            kept, n = [], 1
+            for g in groups:
+                if n * len(g[0]) <= MAX_BRANCHES or not kept:
+                    kept.append(g)
+                    n *= len(g[0])
+                else:
+                    self.unenforced(g[2], g[1], f"more than {MAX_BRANCHES} combinations of alternatives")
+            groups = kept
         for alts, kw, p in groups:
             if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
@@ -145,11 +151,10 @@ class CombinatorMixin:
     def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
         v = self.validator()
         lits = []
-        # the merge already kept only the values every sibling's own const/enum lists: validating them again
-        # against those lists is quadratic in the enum's size (jsonschema compares each value with every one)
-        checks = [({k: x for k, x in s.items() if k not in ("const", "enum")} if isinstance(s, dict) else s)
-                  for s, _p in m.subs]
-        validators = [v.evolve(schema=s) for s in checks] if v else []
+        checks = None
+        # every spelling of a number (1, 1.0, 1e0) is an automaton per value: past 32 values, the canonical one only
+        # (fewer texts, the same values; keeps {"enum": list(range(5000))} in milliseconds)
+        canonical = len(m.values or []) > 32
         for val in m.values or []:
             t = _type_of(val)
             if t not in allowed and not (t == "integer" and "number" in allowed and not m.non_integer):
@@ -159,7 +164,12 @@ class CombinatorMixin:
                 continue
             if v:
                 try:
-                    ok = all(sv.is_valid(val) for sv in validators)
+                    if checks is None:
+                        # without const/enum: the values are already their intersection (and checking each value
+                        # against its own enum costs n^2)
+                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in ("const", "enum")}
+                                           if isinstance(s, dict) else s) for s, _p in m.subs]
+                    ok = all(c.is_valid(val) for c in checks)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True
                     self.unenforced(path, "enum", "the values could not be checked against their siblings")
@@ -169,7 +179,8 @@ class CombinatorMixin:
                     continue
             strict = self.strict_integer and t == "integer" and isinstance(val, int) and (
                 m.types is not None and "number" not in m.types)
-            lits.append(_literal(val) if strict else self.value_rule(val, plain=len(m.values or ()) > MAX_SPELLED_VALUES))
+            lits.append(_literal(val) if strict or (canonical and isinstance(val, (int, float))) else
+                        self.value_rule(val, plain=len(m.values or ()) > MAX_SPELLED_VALUES))
         if not lits:
             return None
         return "(" + " | ".join(f"( {x} )" for x in dict.fromkeys(lits)) + ")"

@@ -236,8 +236,43 @@ class MergeMixin:
                 ({"allOf": [{"not": cond}, s.get("else", True)]}, f"{p}/else")])
             m.anyofs.append((then, "if", p))
             return
+        negs = self.structural_negation(cond) if isinstance(cond, dict) else None
+        if negs is not None and ("then" in s or "else" in s):
+            # a condition on property presence / property values: (if and then) or (not if and else), where
+            # "not if" is an object missing a required key, or holding a property that fails its (negatable) schema
+            def build() -> list:
+                yes = ({"allOf": [cond, s.get("then", True)]}, f"{p}/then")
+                if not negs:
+                    return [yes]
+                return [yes, ({"allOf": [{"anyOf": negs}, s.get("else", True)]}, f"{p}/else")]
+            m.anyofs.append((self.made(("if-struct", id(s)), build), "if", p))
+            return
         if "then" in s or "else" in s:
-            self.unenforced(p, "if", "if/then/else is enforced only when 'if' names types or scalar values")
+            self.unenforced(p, "if", "if/then/else is enforced only when 'if' names types, scalar values, "
+                                     "required keys or properties with types/values")
+
+    def structural_negation(self, cond: dict) -> list | None:
+        """The alternatives of ``not cond`` for a condition made of ``required``, ``properties`` whose schemas are
+        negatable (types, scalar values) and ``type: object``; None for any other condition."""
+        keys = set(cond) - ANNOTATIONS
+        if not keys or not keys <= {"required", "properties", "type"}:
+            return None
+        if "type" in cond and cond["type"] != "object":
+            return None
+        req = cond.get("required", [])
+        props = cond.get("properties", {})
+        if not isinstance(req, list) or not all(isinstance(k, str) for k in req) or not isinstance(props, dict):
+            return None
+        if not all(_negatable(v) for v in props.values()):
+            return None
+        negs: list = [{"type": "object", "properties": {k: False}} for k in req]
+        for k, v in props.items():
+            if v is True or v == {}:
+                continue
+            negs.append({"type": "object", "required": [k], "properties": {k: {"not": v}}})
+        if "type" in cond:
+            negs.append({"not": {"type": "object"}})
+        return negs
 
     def merge_number(self, m: _Merged, s: dict, p: str) -> None:
         for kw, lower, excl in (("minimum", True, False), ("exclusiveMinimum", True, True),
