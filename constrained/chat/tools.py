@@ -371,7 +371,8 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
     that breaks these rules has ``parse_error`` set (llama-server: HTTP 500): it is returned whole as content, or,
     when complete calls came first (the next one cut off by ``max_tokens``, say), with those calls. Each call's
     arguments are checked against its tool's schema (``ToolCall.issues``); an id the model wrote (Mistral Nemo) is
-    kept, else it is ``ids[i]`` or 32 random alphanumerics as llama-server's.
+    kept, else it is ``ids[i]`` or 32 random alphanumerics as llama-server's. A reply that parses to nothing (cut
+    by ``max_tokens`` inside a marker, ``<tool``; only whitespace) is returned as content, as llama-server answers it.
     """
     f = setup.format
     if setup.tool_choice == "none" or not setup.tools:
