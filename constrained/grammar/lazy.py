@@ -14,7 +14,7 @@ verbs of :class:`~constrained.grammar.matcher.GrammarMatcher`. Its semantics are
   piece cut at the start, the last token's text past the trigger included.
 
 **One deliberate difference**: where llama.cpp throws ("Unexpected empty grammar stack after accepting piece",
-which aborts every slot of llama-server with a 500), that is where the grammar rejects the replayed text, the token
+which fails that request of llama-server with a 500), that is where the grammar rejects the replayed text, the token
 is *refused* here: ``allows`` says False, ``mask`` leaves it out, ``accept_token`` returns False. With
 ``Sampler.sample_constrained`` the token is redrawn, so a run is identical to llama-server's in every run where
 llama-server does not fail.
