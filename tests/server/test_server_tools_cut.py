@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 
 from constrained.chat.tool_stream import ToolCallParser
-from constrained.chat.tools import parse_reply, tool_call_setup_for_template
+from constrained.chat.tools import tool_call_setup_for_template
 from oracle.cases.server import ours
 from oracle.cases.server_tools import ADD, WEATHER, comparable, post, summary, verbose_of
 from oracle.llama_server import LlamaServer
@@ -74,9 +74,5 @@ def test_cut_replies_as_llama_server(template: str, default_model_path: str) -> 
             if text and not (parsed["content"] or parsed.get("reasoning_content") or parsed.get("tool_calls")):
                 assert content == text and not calls, (template, text)      # the fallback
                 n_empty += 1
-            # the library's parse gives the message llama-server answers
-            mine_parse = parse_reply(text, setup)
-            assert (mine_parse.content, [(c.name, c.arguments) for c in mine_parse.tool_calls]) == (content, calls) \
-                or mine_parse.parse_error, (template, text)
     assert len(bodies) == 22
     assert n_empty >= 1, template
