@@ -37,6 +37,7 @@ from .stacks import (
     CHAR_ANY,
     CHAR_NOT,
     CHAR_RNG_UPPER,
+    BoundedMemo,
     GrammarRules,
     Partial,
     Stack,
@@ -65,7 +66,7 @@ def _norm(value: int, n_remain: int) -> Partial:
 
 
 _SERIAL = itertools.count()
-_MAX_TRANSITIONS = 1 << 17        # accept_token's transition cache per grammar (cleared when full)
+_TRANSITION_BUDGET = 1 << 19      # accept_token's transition memo per compiled grammar: stack positions it may hold
 _MAX_CACHED_STATE = 4096          # states holding more stack positions than this are not cached
 
 _PREPARE_MAX_ELEMENTS = 20_000      # grammars up to this size get their wide classes' table parts at compile time
@@ -105,9 +106,11 @@ class CompiledGrammar(TokenMaskCache):
         self._masks, self._unc = _vocab_caches(self.index)
         # accept_token's transitions: (id(stacks), partial, token) -> (stacks, new stacks | None, new partial,
         # history entry, allowed, end of generation); the stacks object is checked by identity, so an id reused by
-        # another object never hits. New states are interned, so a state reached again is the same object.
-        self._trans: dict[tuple, tuple] = {}
-        self._canon: dict[Stacks, Stacks] = {}
+        # another object never hits. New states are interned in the same memo (key ("state", stacks)), so a state
+        # reached again is the same object. Bounded by the positions of the states it holds; the rules' clear_memos
+        # empties it.
+        self._trans = BoundedMemo(f"transitions#{self._serial}", budget=_TRANSITION_BUDGET)
+        self.rules.attach_memo(self._trans)
         self._prepare_wide_classes()
 
     def _prepare_wide_classes(self) -> int:
@@ -147,7 +150,7 @@ class CompiledGrammar(TokenMaskCache):
         if not isinstance(value, MatcherLimits):
             raise TypeError(f"expected MatcherLimits, got {type(value).__name__}")
         self._limits = value
-        self._trans.clear()
+        self._trans.clear()        # transitions were computed under the old limits
         self.rules.max_stacks = value.max_stacks
         self.rules.max_accept_work = value.max_accept_work
 
@@ -316,27 +319,29 @@ class GrammarMatcher:
         stacks, partial = self._stacks, self._partial
         key = (id(stacks), partial, token)
         trans = c._trans
-        if len(trans) >= _MAX_TRANSITIONS:
-            trans.clear()
-            c._canon.clear()
         if not c.allows_in(stacks, partial, token):
-            trans[key] = (stacks, None, partial, None, False, False)
+            trans.put(key, (stacks, None, partial, None, False, False), 8)
             return False
         if c.index.eog[token]:
-            trans[key] = (stacks, stacks, partial, stacks, True, True)
+            trans.put(key, (stacks, stacks, partial, stacks, True, True), 8)
             self._history.append((stacks, partial, self._terminated))
             self._terminated = True
             return True
         cps, val, rem = c.index.decode(token, *partial)
         res = c.rules.accept_token(stacks, partial, token, cps, _norm(val, rem))
         if res is None:    # llama.cpp: "Unexpected empty grammar stack after accepting piece"
-            trans[key] = (stacks, None, partial, None, True, False)
+            trans.put(key, (stacks, None, partial, None, True, False), 8)
             return False
         new, new_partial = res
-        if sum(map(len, new)) <= _MAX_CACHED_STATE:
-            new = c._canon.setdefault(new, new)
+        size = sum(map(len, new))
+        if size <= _MAX_CACHED_STATE:
+            interned = trans.get(("state", new))
+            if interned is None:
+                trans.put(("state", new), new, 8 + size + len(new))
+            else:
+                new = interned
             packed = _pack_state(stacks, new)
-            trans[key] = (stacks, new, new_partial, packed, True, False)
+            trans.put(key, (stacks, new, new_partial, packed, True, False), 8)
             self._history.append((packed, partial, self._terminated))
             self._stacks, self._partial = new, new_partial
         else:

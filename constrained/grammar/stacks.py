@@ -20,6 +20,7 @@ import bisect
 import hashlib
 import itertools
 import os
+import weakref
 from array import array
 from operator import itemgetter
 
@@ -251,6 +252,9 @@ class GrammarRules:
         self._shape_memo = BoundedMemo("rule_shape", budget=1 << 18)
         self._chain_memo = BoundedMemo("chain_step", budget=1 << 18)
         self._disjoint_memo = BoundedMemo("disjoint", budget=1 << 16)
+        # memos of the matchers compiled from these rules (accept_token's transitions, per vocabulary), held weakly:
+        # memo_stats and clear_memos see them too
+        self._attached: weakref.WeakValueDictionary[int, BoundedMemo] = weakref.WeakValueDictionary()
         self._ranges: dict[int, tuple[tuple[int, int], ...]] = {}
         self._serial = next(_RULES_SERIAL)
         self.max_stacks = MAX_STACKS
@@ -258,15 +262,22 @@ class GrammarRules:
         self._alts: dict[int, tuple[int, ...]] = {}
         self._advance_table: bytes | None = None     # built on the first compiled advance
 
+    def attach_memo(self, memo: BoundedMemo) -> None:
+        """Count ``memo`` (a compiled grammar's) among these rules' memos: :meth:`memo_stats` reports it and
+        :meth:`clear_memos` empties it, as long as it is alive."""
+        self._attached[id(memo)] = memo
+
+    def _memos(self) -> list[BoundedMemo]:
+        return [self._advance_memo, self._next_memo, self._split_memo, self._canon_memo, self._loop_memo,
+                self._shape_memo, self._chain_memo, self._disjoint_memo, *self._attached.values()]
+
     def memo_stats(self) -> dict[str, dict[str, int]]:
         """Entries, held positions, hits, misses and clears of each memo (every memo here is bounded)."""
-        return {m.name: m.stats() for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                                       self._loop_memo, self._shape_memo, self._chain_memo, self._disjoint_memo)}
+        return {m.name: m.stats() for m in self._memos()}
 
     def clear_memos(self) -> None:
         """Drop every memoised stack operation (they are rebuilt on demand)."""
-        for m in (self._advance_memo, self._next_memo, self._split_memo, self._canon_memo,
-                  self._loop_memo, self._shape_memo, self._chain_memo, self._disjoint_memo):
+        for m in self._memos():
             m.clear()
 
     # as llama_grammar_match_char's walk over a class, turned into ranges

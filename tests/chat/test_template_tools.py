@@ -149,7 +149,8 @@ def _assert_shapes_as_llama_server(template: str, messages: dict) -> None:
     t = ChatTemplates(src, bos_token="<bos>", eos_token="<eos>")
     for shape, msg in messages.items():
         body = {"messages": [_USER, msg, _USER], "tools": TOOLS}
-        want = chat_apply(src, body, "<bos>", "<eos>")
+        theirs = chat_apply(src, body, "<bos>", "<eos>")    # also the grammar and thinking tags: not compared here
+        want = {k: theirs[k] for k in ("prompt", "error") if k in theirs}
         try:
             got = {"prompt": chat_params(dict(body, llama_server_compat=True), t, jinja=True)["prompt"]}
         except HttpError as e:
