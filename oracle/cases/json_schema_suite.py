@@ -27,7 +27,7 @@ def _find_suite() -> Path:
     here = Path(__file__).resolve()
     candidates = [Path(os.environ["JSON_SCHEMA_TEST_SUITE"])] if os.environ.get("JSON_SCHEMA_TEST_SUITE") else []
     candidates += [base / "shared" / "data" / "JSON-Schema-Test-Suite" / "tests"
-                   for base in (*here.parents[1:4], Path("/work"))]
+                   for base in (*here.parents[2:5], Path("/work"))]
     for c in candidates:
         if (c / "draft2020-12").is_dir():
             return c

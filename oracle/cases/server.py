@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import http.client
 import json
 import os
@@ -13,12 +14,13 @@ from typing import Any
 
 from oracle.llama_server import LlamaServer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]     # the repository (tests.server_suite.launcher lives there)
 
 
 def launcher_binary() -> Path:
     """An executable that runs ``tests.server_suite.launcher`` with this interpreter (as ``llama-server``)."""
-    d = Path(tempfile.gettempdir()) / f"constrained-launcher-{os.getuid()}"
+    tag = hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]     # one per checkout: two trees never share it
+    d = Path(tempfile.gettempdir()) / f"constrained-launcher-{os.getuid()}-{tag}"
     d.mkdir(exist_ok=True)
     p = d / "llama-server"
     # run in the caller's directory (llama-server's suite passes relative paths such as --chat-template-file
