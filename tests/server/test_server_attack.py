@@ -562,5 +562,7 @@ def test_big_prompt_exceeds_context_as_llama_server(srv: LlamaServer, real: Llam
         assert (st_r, r) == (st_o, o)
     assert dt < 120
     # no Python token list per byte kept (was +1 GB for 50 MB): at most 64 MB plus 4 bytes per prompt byte
-    assert grew < 64_000 + mb * 1024 * 4, f"RSS grew {grew} kB for a {mb} MB prompt"
+    # first-use allocations (tokenizer buffers, the worker pool) make the growth noisy for the 2 MB case: the bound
+    # is what matters for the 40 MB one (a Python token list would be > 1 GB)
+    assert grew < 96_000 + mb * 1024 * 4, f"RSS grew {grew} kB for a {mb} MB prompt"
     _healthy(srv)
