@@ -44,6 +44,7 @@ def message_delimiters(t: ChatTemplates) -> list[tuple[str, str]]:
     The prompt is cut at user-message starts for context checkpoints, which changes the logits, so these matter.
     Found by diffing renders of probe conversations (a string diff; llama.cpp diffs marker segments).
 
+    >>> from constrained.chat.template import CHATML_TEMPLATE
     >>> message_delimiters(ChatTemplates(CHATML_TEMPLATE))
     [('assistant', '<|im_start|>assistant'), ('user', '<|im_start|>user')]
     """
