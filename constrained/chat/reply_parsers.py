@@ -77,7 +77,45 @@ class ContentParser:
         return message_json(self.text), diffs
 
 
-class ResponseFormatParser(ContentParser):
+class PegReplyParser(ContentParser):
+    """A reply read by a lenient PEG parse of ``input_prefix`` + the text (``common_chat_peg_parse``), each update
+    giving the message and its stream deltas; subclasses set ``peg``, ``input_prefix`` and ``raw_texts``."""
+
+    peg: _P
+    input_prefix: str = ""
+    raw_texts: bool = False          # gemma4 / minimax_m3: the mapper keeps the texts as they are
+    msg: ChatMessage
+    parse_error: str | None
+
+    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        self.text += added
+        r = self.peg.parse(self.input_prefix + self.text, 0)
+        if r.type == FAIL:
+            if is_partial:
+                return self._json(), []
+            self.parse_error = PEG_FAIL
+            new = ChatMessage(self.text)
+        elif self.raw_texts:
+            new = _raw_message(r.nodes)
+        else:
+            m = _Mapper()
+            for n in r.nodes:
+                m.visit(n)
+            new = m.finish()
+        diffs: list[dict[str, Any]] = []
+        if not new.empty():
+            diffs = compute_diffs(self.msg, new)
+            self.msg = new
+        return self._json(), diffs
+
+    def _json(self) -> dict[str, Any]:
+        m = message_json(self.msg.content, self.msg.reasoning_content)
+        if self.parse_error:
+            m["parse_error"] = self.parse_error
+        return m
+
+
+class ResponseFormatParser(PegReplyParser):
     """The PEG parser the autoparser builds for a ``response_format`` answer (chat-auto-parser-generator.cpp:
     ``build_parser``): the generation prompt up to the reasoning start, optional whitespace, the reasoning block
     when the template has one (and ``reasoning_format`` is not ``none``), whitespace, then the JSON either in a
@@ -111,31 +149,6 @@ class ResponseFormatParser(ContentParser):
         self.input_prefix = generation_prompt
         self.msg = ChatMessage()
         self.parse_error: str | None = None
-
-    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        self.text += added
-        r = self.peg.parse(self.input_prefix + self.text, 0)
-        if r.type == FAIL:
-            if is_partial:                  # a FAIL carries no nodes (common_chat_peg_parse): no update
-                return self._json(), []
-            self.parse_error = PEG_FAIL
-            new = ChatMessage(self.text)
-        else:
-            m = _Mapper()
-            for n in r.nodes:
-                m.visit(n)
-            new = m.finish()
-        diffs: list[dict[str, Any]] = []
-        if not new.empty():
-            diffs = compute_diffs(self.msg, new)
-            self.msg = new
-        return self._json(), diffs
-
-    def _json(self) -> dict[str, Any]:
-        m = message_json(self.msg.content, self.msg.reasoning_content)
-        if self.parse_error:
-            m["parse_error"] = self.parse_error
-        return m
 
 
 @dataclass
@@ -332,7 +345,7 @@ def _raw_message(nodes: list[Any]) -> ChatMessage:
     return m
 
 
-class AutoChatParser(ContentParser):
+class AutoChatParser(PegReplyParser):
     """A reply parser built from a :class:`ReplySpec` (:func:`reply_peg`), run on ``generation_prompt`` + the text
     as ``common_chat_peg_parse`` runs it. A final reply it rejects is answered whole as content with
     ``parse_error`` (llama-server: HTTP 500); a partial one gives no update (llama-server: an SSE error)."""
@@ -346,32 +359,5 @@ class AutoChatParser(ContentParser):
         self.raw_texts = peg is not None and spec.handler in ("gemma4", "minimax_m3")
         self.msg = ChatMessage()
         self.parse_error: str | None = None
-
-    def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-        self.text += added
-        r = self.peg.parse(self.input_prefix + self.text, 0)
-        if r.type == FAIL:
-            if is_partial:
-                return self._json(), []
-            self.parse_error = PEG_FAIL
-            new = ChatMessage(self.text)
-        elif self.raw_texts:
-            new = _raw_message(r.nodes)
-        else:
-            m = _Mapper()
-            for n in r.nodes:
-                m.visit(n)
-            new = m.finish()
-        diffs: list[dict[str, Any]] = []
-        if not new.empty():
-            diffs = compute_diffs(self.msg, new)
-            self.msg = new
-        return self._json(), diffs
-
-    def _json(self) -> dict[str, Any]:
-        m = message_json(self.msg.content, self.msg.reasoning_content)
-        if self.parse_error:
-            m["parse_error"] = self.parse_error
-        return m
 
 
