@@ -32,7 +32,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -173,56 +175,48 @@ def engines() -> None:
     docs = [(s, vocab.tokenize(json.dumps(d))) for s, d in ENGINE_SCHEMAS]
     ours_first = Grammar.from_json_schema({"type": "boolean"}).matcher(vocab)   # the vocabulary index, once
     ours_first.mask()
-    # ours
-    for schema, ids in docs:
-        t0 = time.perf_counter()
-        g = Grammar.from_json_schema(schema)
-        m = g.matcher(vocab)
-        t1 = time.perf_counter()
-        m.mask()
-        t2 = time.perf_counter()
-        rec("ours", "compile", t1 - t0)
-        rec("ours", "first", t2 - t0)
-        for k, t in enumerate(ids):
-            if k:
+    def run(engine: str, make: Callable[[Any], Any], mask: Callable[[Any], Any],
+            check: Callable[[Any, int], bool] | None, accept: Callable[[Any, int], Any], steps: int | None = None) -> None:
+        """One engine on every document: ``make(schema)`` (compile + matcher), the first mask, then per token a
+        mask (after the first), the check (engines that have one) and the accept."""
+        for schema, ids in docs:
+            t0 = time.perf_counter()
+            m = make(schema)
+            t1 = time.perf_counter()
+            mask(m)
+            t2 = time.perf_counter()
+            rec(engine, "compile", t1 - t0)
+            rec(engine, "first", t2 - t0)
+            for k, t in enumerate(ids[:steps]):
+                if k:
+                    a = time.perf_counter()
+                    mask(m)
+                    rec(engine, "mask", time.perf_counter() - a)
                 a = time.perf_counter()
-                m.mask()
-                rec("ours", "mask", time.perf_counter() - a)
-            a = time.perf_counter()
-            ok = m.allows(t)
-            b = time.perf_counter()
-            m.accept_token(t)
-            c = time.perf_counter()
-            assert ok
-            rec("ours", "check", b - a)
-            rec("ours", "accept", c - b)
-    # xgrammar
+                ok = check(m, t) if check is not None else True
+                b = time.perf_counter()
+                accept(m, t)
+                c = time.perf_counter()
+                assert ok
+                if check is not None:
+                    rec(engine, "check", b - a)
+                rec(engine, "accept", c - b)
+
+    run("ours", lambda schema: Grammar.from_json_schema(schema).matcher(vocab), lambda m: m.mask(),
+        lambda m, t: m.allows(t), lambda m, t: m.accept_token(t))
     try:
         import xgrammar as xgr
         info = xgr.TokenizerInfo(list(vocab.pieces), vocab_type=xgr.VocabType.RAW, vocab_size=n,
                                  stop_token_ids=sorted(vocab.eog_ids))
         bm = xgr.allocate_token_bitmask(1, n)
-        for schema, ids in docs:
+
+        def xgr_make(schema: Any) -> Any:
             compiler = xgr.GrammarCompiler(info, cache_enabled=False)
-            t0 = time.perf_counter()
-            cg = compiler.compile_json_schema(json.dumps(schema), any_whitespace=True)
-            xm = xgr.GrammarMatcher(cg)
-            t1 = time.perf_counter()
-            xm.fill_next_token_bitmask(bm)
-            t2 = time.perf_counter()
-            rec("xgrammar", "compile", t1 - t0)
-            rec("xgrammar", "first", t2 - t0)
-            for k, t in enumerate(ids):
-                if k:
-                    a = time.perf_counter()
-                    xm.fill_next_token_bitmask(bm)
-                    rec("xgrammar", "mask", time.perf_counter() - a)
-                a = time.perf_counter()
-                xm.accept_token(t)
-                rec("xgrammar", "accept", time.perf_counter() - a)
+            return xgr.GrammarMatcher(compiler.compile_json_schema(json.dumps(schema), any_whitespace=True))
+
+        run("xgrammar", xgr_make, lambda m: m.fill_next_token_bitmask(bm), None, lambda m, t: m.accept_token(t))
     except ImportError as err:
         print(f"(xgrammar not measured: {err})")
-    # llguidance
     try:
         import llguidance
         import llguidance.numpy as lln
@@ -232,52 +226,19 @@ def engines() -> None:
         if tok is None:
             raise ImportError("no TokenizerWrapper")
         bml = lln.allocate_token_bitmask(1, n)
-        for schema, ids in docs:
-            t0 = time.perf_counter()
-            lm = llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema)))
-            t1 = time.perf_counter()
-            lln.fill_next_token_bitmask(lm, bml, 0)
-            t2 = time.perf_counter()
-            rec("llguidance", "compile", t1 - t0)
-            rec("llguidance", "first", t2 - t0)
-            for k, t in enumerate(ids):
-                if k:
-                    a = time.perf_counter()
-                    lln.fill_next_token_bitmask(lm, bml, 0)
-                    rec("llguidance", "mask", time.perf_counter() - a)
-                a = time.perf_counter()
-                lm.consume_token(t)
-                rec("llguidance", "accept", time.perf_counter() - a)
+        run("llguidance",
+            lambda schema: llguidance.LLMatcher(tok, llguidance.LLMatcher.grammar_from_json_schema(json.dumps(schema))),
+            lambda m: lln.fill_next_token_bitmask(m, bml, 0), None, lambda m, t: m.consume_token(t))
     except Exception as err:  # noqa: BLE001 - the peer is optional
         print(f"(llguidance not measured: {err})")
-    # llama.cpp
     try:
         from oracle.llama import CGrammar, vocab_model
 
         vm = vocab_model(path)
-        for schema, ids in docs:
-            gbnf = Grammar.from_json_schema(schema).to_gbnf()
-            t0 = time.perf_counter()
-            cg = CGrammar(vm, gbnf)
-            t1 = time.perf_counter()
-            cg.mask()
-            t2 = time.perf_counter()
-            rec("llama.cpp", "compile", t1 - t0)
-            rec("llama.cpp", "first", t2 - t0)
-            for k, t in enumerate(ids[:8]):          # its full mask costs tens of ms at 262,144 tokens
-                if k:
-                    a = time.perf_counter()
-                    cg.mask()
-                    rec("llama.cpp", "mask", time.perf_counter() - a)
-                a = time.perf_counter()
-                ok = cg.allows(t)
-                b = time.perf_counter()
-                cg.accept(t)
-                c = time.perf_counter()
-                assert ok
-                rec("llama.cpp", "check", b - a)
-                rec("llama.cpp", "accept", c - b)
-            cg.free() if hasattr(cg, "free") else None
+        gbnfs = {id(schema): Grammar.from_json_schema(schema).to_gbnf() for schema, _ in docs}
+        # its full mask costs tens of ms at 262,144 tokens: 8 steps per document
+        run("llama.cpp", lambda schema: CGrammar(vm, gbnfs[id(schema)]), lambda m: m.mask(),
+            lambda m, t: m.allows(t), lambda m, t: m.accept(t), steps=8)
     except Exception as err:  # noqa: BLE001
         print(f"(llama.cpp not measured: {err})")
     del np

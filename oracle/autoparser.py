@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from oracle.cxx import build_shim
+from oracle.cxx import build_shim, json_answer
 
 
 @lru_cache(maxsize=1)
@@ -27,11 +27,7 @@ def _lib() -> ctypes.CDLL:
 def analyze(template: str, bos: str = "", eos: str = "") -> dict[str, Any]:
     """``{"mode": "NONE" | "TAG_BASED" | "TOOLS_ONLY", "start", "end", "supports_thinking"}`` or ``{"error"}``."""
     lib = _lib()
-    p = lib.autoparser_shim(template.encode(), bos.encode(), eos.encode())
-    try:
-        return json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.autoparser_free(p)
+    return json_answer(lib, "autoparser_free", lib.autoparser_shim(template.encode(), bos.encode(), eos.encode()))
 
 
 def apply(template: str, messages: list[dict[str, Any]], bos: str = "", eos: str = "") -> dict[str, Any]:
@@ -39,7 +35,4 @@ def apply(template: str, messages: list[dict[str, Any]], bos: str = "", eos: str
     message continued): ``{"prompt"}`` or ``{"error"}``."""
     lib = _lib()
     p = lib.autoparser_apply_shim(template.encode(), bos.encode(), eos.encode(), json.dumps(messages).encode())
-    try:
-        return json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.autoparser_free(p)
+    return json_answer(lib, "autoparser_free", p)

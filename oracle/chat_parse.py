@@ -10,7 +10,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from oracle.cxx import build_shim
+from oracle.cxx import build_shim, json_answer
 
 
 @lru_cache(maxsize=1)
@@ -29,10 +29,7 @@ def chat_parse(template: str, tools: Any, tool_choice: str, parallel: bool,
     lib = _lib()
     p = lib.chat_parse_shim(template.encode(), json.dumps(tools).encode(), tool_choice.encode(), int(parallel),
                             json.dumps([[t, bool(b)] for t, b in texts]).encode())
-    try:
-        out = json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.chat_parse_free(p)
+    out = json_answer(lib, "chat_parse_free", p)
     if isinstance(out, dict):
         raise RuntimeError(out["error"])
     return out

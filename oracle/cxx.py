@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import json
 import os
 import subprocess
 import sysconfig
 from pathlib import Path
+from typing import Any
 
 from oracle.sdist import llama_cpp_source
 
@@ -49,3 +51,12 @@ def build_shim(src: Path, libs: tuple[str, ...] = ("libllama-common.so", "liblla
     if "libllama-common.so" in libs:
         ctypes.CDLL(str(lib_dir / "libllama-common.so"), mode=ctypes.RTLD_GLOBAL)
     return ctypes.CDLL(str(so))
+
+
+def json_answer(lib: ctypes.CDLL, free: str, ptr: int) -> Any:
+    """A shim's answer at ``ptr``: the UTF-8 JSON text it returned, parsed, and the buffer given back to the shim's
+    ``free`` function (every shim returns its answers this way)."""
+    try:
+        return json.loads(ctypes.string_at(ptr).decode("utf-8"))
+    finally:
+        getattr(lib, free)(ptr)

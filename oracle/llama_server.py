@@ -79,14 +79,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def one_thread_unless_told(args: list[str]) -> list[str]:
+    """``args`` with ``-t 1`` added where they set no thread count (``-tb`` follows ``-t`` when not given): ggml's
+    worker threads spin at their barriers, so two of them on a loaded 2-core machine made a 20-token request take
+    3-35 s instead of ~1 s (the suite runs several servers at once). Both servers of an oracle pair get the same
+    flags, so the comparison is unchanged.
+
+    >>> one_thread_unless_told(["-m", "x.gguf"]), one_thread_unless_told(["-m", "x.gguf", "--threads=2"])
+    (['-m', 'x.gguf', '-t', '1'], ['-m', 'x.gguf', '--threads=2'])
+    """
+    if any(a in ("-t", "--threads") or a.startswith("--threads=") for a in args):
+        return list(args)
+    return [*args, "-t", "1"]
+
+
 class LlamaServer:
     """A running llama-server on 127.0.0.1 (``args``: its flags, ``-m`` included; ``--host``/``--port`` are added).
 
     ``post``/``get`` return the decoded JSON body (``raw=True``: ``(status, bytes)``).
     """
 
-    def __init__(self, args: list[str], *, timeout: float = 300.0, binary: Path | None = None) -> None:
-        self.args = list(args)
+    def __init__(self, args: list[str], *, timeout: float = 300.0, binary: Path | None = None,
+                 one_thread: bool = True) -> None:
+        # one_thread=False: llama-server's own default thread count, for tests that compare the server with a model
+        # loaded in this process (the thread count changes the batch's float sums: a probability's last digits)
+        self.args = one_thread_unless_told(args) if one_thread else list(args)
         self.timeout = timeout
         self.binary = binary or llama_server_binary()
         self.port = free_port()

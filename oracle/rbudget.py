@@ -9,7 +9,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from oracle.cxx import build_shim
+from oracle.cxx import build_shim, json_answer
 
 
 @lru_cache(maxsize=1)
@@ -25,11 +25,7 @@ def rbudget_run(script: dict[str, Any]) -> list[dict[str, Any]]:
     """Run a script (see the shim: start / end / forced sequences, budget, initial state, steps: a token id, -1 for
     ``force()``, -2 for a reset) and return each step's ``{"kept", "state", "end_match", "forced"?}``."""
     lib = _lib()
-    p = lib.rbudget_run(json.dumps(script).encode())
-    try:
-        out = json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.rbudget_free(p)
+    out = json_answer(lib, "rbudget_free", lib.rbudget_run(json.dumps(script).encode()))
     if isinstance(out, dict):
         raise RuntimeError(out["error"])
     return out

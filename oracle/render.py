@@ -11,7 +11,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from oracle.cxx import build_shim
+from oracle.cxx import build_shim, json_answer
 
 
 @lru_cache(maxsize=1)
@@ -32,11 +32,7 @@ def _lib() -> ctypes.CDLL:
 def _call(name: str, *args: str) -> Any:
     """The shim function ``name`` on the UTF-8 texts ``args``: its JSON answer (the buffer freed)."""
     lib = _lib()
-    p = getattr(lib, name)(*(a.encode() for a in args))
-    try:
-        return json.loads(ctypes.string_at(p).decode("utf-8"))
-    finally:
-        lib.render_free(p)
+    return json_answer(lib, "render_free", getattr(lib, name)(*(a.encode() for a in args)))
 
 
 def render(template: str, inputs: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:

@@ -256,17 +256,7 @@ class AnthropicShape:
         thinking, text = st
         for d in diffs:
             r, c, i, name, args, cid = delta_parts(d)
-            if r:
-                if not thinking:
-                    out.append(_block_start(0, {"type": "thinking", "thinking": ""}))
-                    thinking = True
-                out.append(_block_delta(0, {"type": "thinking_delta", "thinking": r}))
-            if c:
-                ti = 1 if has_reasoning else 0
-                if not text:
-                    out.append(_block_start(ti, {"type": "text", "text": ""}))
-                    text = True
-                out.append(_block_delta(ti, {"type": "text_delta", "text": c}))
+            thinking, text = _text_deltas(out, r, c, 1 if has_reasoning else 0, thinking, text)
             if i is not None:
                 bi = (1 if has_reasoning else 0) + (1 if text else 0) + i
                 if name:
@@ -293,16 +283,7 @@ class AnthropicShape:
         started: set[int] = set()
         for d in diffs:
             r, c, i, _, args, _ = delta_parts(d)
-            if r:
-                if not thinking:
-                    out.append(_block_start(0, {"type": "thinking", "thinking": ""}))
-                    thinking = True
-                out.append(_block_delta(0, {"type": "thinking_delta", "thinking": r}))
-            if c:
-                if not text:
-                    out.append(_block_start(ti, {"type": "text", "text": ""}))
-                    text = True
-                out.append(_block_delta(ti, {"type": "text_delta", "text": c}))
+            thinking, text = _text_deltas(out, r, c, ti, thinking, text)
             if i is not None:
                 bi = ti + (1 if has_text else 0) + i
                 if i not in started:
@@ -328,6 +309,23 @@ class AnthropicShape:
     def stream_error(self, err: HttpError) -> bytes:
         """An error after the first result: an ``error`` event with llama-server's error object."""
         return sse_event("error", err.body()["error"])
+
+
+def _text_deltas(out: list[bytes], reasoning: str, content: str, text_index: int, thinking: bool,
+                 text: bool) -> tuple[bool, bool]:
+    """One diff's thinking (block 0) and text (block ``text_index``) deltas, each block opened on its first
+    delta; returns whether the thinking and text blocks are open afterwards."""
+    if reasoning:
+        if not thinking:
+            out.append(_block_start(0, {"type": "thinking", "thinking": ""}))
+            thinking = True
+        out.append(_block_delta(0, {"type": "thinking_delta", "thinking": reasoning}))
+    if content:
+        if not text:
+            out.append(_block_start(text_index, {"type": "text", "text": ""}))
+            text = True
+        out.append(_block_delta(text_index, {"type": "text_delta", "text": content}))
+    return thinking, text
 
 
 def _block_start(index: int, block: dict[str, Any]) -> bytes:

@@ -17,6 +17,8 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from sampler.request import json_type_name
+
 from ..chat.reply_parsers import ContentParser, message_json
 from .batch import user_message_starts
 from .bodies import error_response, json_response
@@ -53,7 +55,7 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
     eng = state.engine
     t0 = time.perf_counter()
     if not isinstance(data, dict):          # data.at("prompt") on a non-object (nlohmann's type name)
-        raise HttpError(f"[json.exception.type_error.304] cannot use at() with {_json_type(data)}",
+        raise HttpError(f"[json.exception.type_error.304] cannot use at() with {json_type_name(data)}",
                         "invalid_request_error")
     chat = kind == "chat"
     loop = asyncio.get_running_loop()
@@ -266,16 +268,6 @@ def _warm_breakers(eng: Any, sp: Any) -> None:
         from sampler.dry import process_breakers
 
         process_breakers(eng.vocab, sp.dry_sequence_breakers)
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    return {str: "string", list: "array", dict: "object"}.get(type(v), "object")
 
 
 def _heavy(request: Request, data: dict[str, Any]) -> bool:

@@ -35,7 +35,7 @@ def both(request, default_model_path):
     path = default_model_path if request.param == "gemma3-270m" else smollm2_model_path()
     llm = load_model(path)
     base = Params.from_gguf(sampling_metadata(path))
-    with LlamaServer(["-m", path]) as srv:
+    with LlamaServer(["-m", path], one_thread=False) as srv:
         yield srv, llm, base
     llm.close()
 

@@ -36,7 +36,7 @@ def test_same_tokens_as_llama_server(model: str, flag_set: str, model_paths: dic
     n = 0
     bad = []
     try:
-        with LlamaServer(["-m", path, *flags]) as srv:
+        with LlamaServer(["-m", path, *flags], one_thread=False) as srv:
             for bodies in series()[flag_set]:
                 for body, diffs in run_series(srv, llm, base, bodies):
                     n += 1
@@ -59,7 +59,7 @@ def test_n_predict_zero_gives_one_token(default_model_path: str) -> None:
     bodies = [{"prompt": "Hello", "n_predict": 0, "temperature": 0},
               {"prompt": "Hello there, friend", "n_predict": 1, "seed": 2, "n_probs": 2}]
     try:
-        with LlamaServer(["-m", default_model_path, *flags]) as srv:
+        with LlamaServer(["-m", default_model_path, *flags], one_thread=False) as srv:
             res = run_series(srv, llm, base, bodies)
             refused = srv.post("/completion", {"prompt": "Hello", "n_predict": -2})
             with pytest.raises(ValueError) as ei:

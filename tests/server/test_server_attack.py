@@ -110,11 +110,13 @@ def test_setup_failure_variants_keep_serving(srv: LlamaServer, trigger: dict[str
 
 
 def test_deep_trigger_as_llama_server(srv: LlamaServer, real: LlamaServer) -> None:
-    # the same error class (4xx/5xx, not a hang) on both, and both keep serving
-    body = _lazy({"type": 2, "value": _deep(260)})
+    # llama-server compiles a 260-deep pattern; what it answers then depends on the text generated (seed 1: no "a",
+    # the grammar never triggers, 200; seeds 0, 3, 4, 5: a 500 "Unexpected empty grammar stack"); ours refuses the
+    # pattern up front (a documented deviation); neither hangs and both keep serving
+    body = _lazy({"type": 2, "value": _deep(260)}, seed=1)
     st_real, _ = _post(real, "/completion", body, timeout=60)
     st_ours, _ = _post(srv, "/completion", body, timeout=60)
-    assert st_real >= 400 and st_ours >= 400
+    assert st_real == 200 and st_ours >= 400
     _healthy(real)
     _healthy(srv)
 
