@@ -43,6 +43,7 @@ from .errors import HttpError
 from .prompt_cache import PromptCache
 from .sampling import SlotSampling
 from .scheduler import SlotScheduler
+from .slot_actions import SlotActions
 from .slots import Slot, Task
 
 __all__ = ["Engine", "EngineConfig"]
@@ -73,7 +74,7 @@ class EngineConfig:
     cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
 
 
-class Engine(SlotScheduler, BatchStep, SlotSampling):
+class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
     """The model, its context and the slots; :meth:`submit` queues a task (with its ``n`` children)."""
 
     def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None) -> None:

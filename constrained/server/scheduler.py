@@ -26,6 +26,7 @@ from ..errors import ConstrainedError
 from ..grammar import Grammar
 from ..llama.slot import common_prefix
 from .errors import HttpError
+from .slot_actions import SlotAction
 from .slots import Slot, Task
 
 __all__ = ["SlotScheduler"]
@@ -46,6 +47,7 @@ class SlotScheduler:
     _pending: list[Task]
     _deferred: list[Task]
     _tick: int
+    _slot_action: Any
 
     def _pick_slot(self, task: Task, taken: set[int]) -> Slot | None:
         # get_available_slot: the requested id, else the best LCP similarity, else the least recently used; a
@@ -126,7 +128,8 @@ class SlotScheduler:
             if task.cancelled:
                 continue
             try:
-                if not self._launch_task(task):
+                done = self._slot_action(task) if isinstance(task, SlotAction) else self._launch_task(task)
+                if not done:
                     self._deferred.append(task)
             except Exception as e:  # noqa: BLE001 - one task's failure (slot choice, prompt cache) is its own
                 for t in (task, *task.children):
