@@ -133,9 +133,8 @@ class SlotActions:
 
     def _slot_action(self, a: SlotAction) -> bool:
         """One action; False when its slot is busy (the action is deferred)."""
-        from .scheduler import slot_by_id
-
-        slot = self.slots[slot_by_id(a.id_slot, len(self.slots))]
+        # get_slot_by_id: id_slot % slots.size(), the int converted to size_t (the scheduler's slot_by_id)
+        slot = self.slots[(a.id_slot % (1 << 64)) % len(self.slots)]
         if slot.state != "idle":
             return False
         t0 = time.perf_counter_ns() // 1000
