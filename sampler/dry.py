@@ -34,6 +34,8 @@ MAX_SEQ_LEN = 20
 Breakers = dict[int, list[tuple[int, ...]]]
 #: processed breaker lists kept per vocabulary (least recently used dropped beyond this)
 CACHE_SIZE = 32
+#: and at most this many heads in all the kept lists (about 70 bytes each: a dict slot and its int key)
+CACHE_ENTRIES = 200_000
 _cache: weakref.WeakKeyDictionary[Any, OrderedDict[tuple[bytes, ...], Breakers]] = weakref.WeakKeyDictionary()
 _index: weakref.WeakKeyDictionary[Any, _TextIndex] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -245,11 +247,18 @@ def process_breakers(vocab: Any, breakers: tuple[str | bytes, ...]) -> Breakers:
             if not s:
                 continue
             _overlapping(vocab, idx, s[:MAX_CHAR_LEN], out)
+    # heads with the same tails share one (never mutated) list: a breaker such as "s1" makes every token ending
+    # in "s" a head with the same tail, ~20,000 lists of one tuple (3 MB a table on a 262,144-token vocabulary)
+    shared: dict[tuple[tuple[int, ...], ...], list[tuple[int, ...]]] = {}
+    for tid, lst in out.items():
+        out[tid] = shared.setdefault(tuple(lst), lst)
     with _lock:
         per_vocab[key] = out
         per_vocab.move_to_end(key)
-        while len(per_vocab) > CACHE_SIZE:
-            per_vocab.popitem(last=False)
+        # bounded by lists and by heads in all: the oldest dropped (the newest always kept)
+        total = sum(len(t) for t in per_vocab.values())
+        while len(per_vocab) > 1 and (len(per_vocab) > CACHE_SIZE or total > CACHE_ENTRIES):
+            total -= len(per_vocab.popitem(last=False)[1])
     return out
 
 

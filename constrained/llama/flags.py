@@ -76,6 +76,7 @@ class ServerArgs:
     cont_batching: bool = True
     n_predict: int = -1
     n_keep: int = 0
+    slot_save_path: str = ""          # --slot-save-path: a directory, with a trailing "/" (empty: slot actions off)
     # ---- sampling defaults of every request (common_params_sampling), and the flags the user set
     sampling: Params = field(default_factory=Params)
     sampling_user_set: frozenset[str] = frozenset()
@@ -167,6 +168,15 @@ def _reasoning_budget(v: str) -> int:
 
 
 _H = Callable[[_State, str], None]
+
+
+def _slot_save_path(v: str) -> str:
+    """``--slot-save-path``: an existing directory, a ``/`` appended when it has none (common/arg.cpp)."""
+    import os
+
+    if not os.path.isdir(v):
+        raise FlagError(f"not a directory: {v}")
+    return v if v.endswith("/") else v + "/"
 
 
 def _set(key: str, conv: Callable[[str], Any] = str) -> _H:
@@ -327,6 +337,7 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("--cache-reuse",), _set("cache_reuse", stoi)),
     (("-n", "--predict", "--n-predict"), _set("n_predict", stoi)),
     (("--keep",), _set("n_keep", stoi)),
+    (("--slot-save-path",), _set("slot_save_path", _slot_save_path)),
     (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", stof)),
     # params.verbosity: only whether it exceeds 9 matters here (server-schema.cpp: params.verbose)
     (("-lv", "--verbosity", "--log-verbosity"), lambda st, v: st.__setitem__("verbose", stoi(v) > 9)),
@@ -423,7 +434,7 @@ IGNORED_FLAGS: dict[str, int] = {
                      "-mg", "--main-gpu", "-fit", "--fit", "-fitt", "--fit-target", "-fitc", "--fit-ctx",
                      "-dt", "--defrag-thold", "--cors-methods", "--cors-headers", "--path", "--sleep-idle-seconds",
                      "--tags", "-ncmoe", "--n-cpu-moe", "-ncffn", "--n-cpu-ffn", "-lm", "--load-mode", "-lzm",
-                     "--lazy-mode", "--slot-save-path", "--media-path", "--ui-config", "--webui-config",
+                     "--lazy-mode", "--media-path", "--ui-config", "--webui-config",
                      "--ui-config-file", "--webui-config-file", "--models-max",
                      "--reasoning-effort", "-r", "--reverse-prompt"], 1),
 }

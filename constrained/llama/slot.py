@@ -47,8 +47,18 @@ class Checkpoint:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """``server_tokens::get_common_prefix`` for text tokens."""
+    """``server_tokens::get_common_prefix`` for text tokens (either may be a numpy array: compared at once).
+
+    Example:
+        >>> common_prefix([1, 2, 3], [1, 2, 4, 5])
+        2
+    """
     n = min(len(a), len(b))
+    if n and (hasattr(a, "dtype") or hasattr(b, "dtype")):
+        import numpy as np
+
+        diff = np.flatnonzero(np.asarray(a[:n]) != np.asarray(b[:n]))
+        return int(diff[0]) if len(diff) else n
     i = 0
     while i < n and a[i] == b[i]:
         i += 1

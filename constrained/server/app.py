@@ -31,6 +31,7 @@ from .completions import run_completion
 from .errors import HttpError, middleware_error
 from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
+from .slot_actions import SlotAction, parse_slot_id, valid_filename
 from .state import ServerState
 from .task import TaskParams
 from .work import HEAVY_BYTES, offload
@@ -278,6 +279,47 @@ def build_app(state: ServerState) -> Starlette:
             raise HttpError("unknown control action", "invalid_request_error")
         return json_response(await asyncio.to_thread(eng.control, cmpl_id, action))
 
+    async def slot_action(request: Request) -> Response:
+        # post_slots + handle_slots_save / _restore / _erase
+        if not cfg.slot_save_path:
+            raise HttpError("This server does not support slots action. Start it with `--slot-save-path`",
+                            "not_supported_error")
+        id_slot = parse_slot_id(request.path_params["id_slot"])
+        if id_slot is None:
+            raise HttpError("Invalid slot ID", "invalid_request_error")
+        kind = request.query_params.get("action", "")
+        if kind not in ("save", "restore", "erase"):
+            raise HttpError("Invalid action", "invalid_request_error")
+        filename = ""
+        if kind != "erase":
+            data = await read_body(request, cfg.max_body)
+            filename = _at_string(data, "filename")
+            if not valid_filename(filename):
+                raise HttpError("Invalid filename", "invalid_request_error")
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+
+        def emit(ev: Any) -> None:
+            def put() -> None:
+                if not fut.done():
+                    fut.set_result(ev)
+            try:
+                loop.call_soon_threadsafe(put)
+            except RuntimeError:          # the loop is closed (shutdown)
+                pass
+
+        act = SlotAction(kind, id_slot, emit, filename, cfg.slot_save_path + filename)
+        eng.submit([act])                 # type: ignore[list-item]
+        try:
+            res = await fut
+        finally:
+            act.cancel()
+        if isinstance(res, HttpError):
+            raise res
+        return json_response(res)
+
     def not_supported(message: str) -> Any:
         async def h(request: Request) -> Response:
             raise HttpError(message, "not_supported_error")
@@ -350,8 +392,7 @@ def build_app(state: ServerState) -> Starlette:
                 methods=["POST"]) for p in ("/embedding", "/embeddings", "/v1/embeddings")],
         *[Route(p, wrap(not_supported("This server does not support reranking. Start it with `--reranking`")),
                 methods=["POST"]) for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")],
-        Route("/slots/{id_slot}", wrap(not_supported(
-            "This server does not support slots action. Start it with `--slot-save-path`")), methods=["POST"]),
+        Route("/slots/{id_slot}", wrap(slot_action), methods=["POST"]),
         Route("/infill", wrap(infill), methods=["POST"]),
         Route("/lora-adapters", wrap(lora_adapters), methods=["GET", "POST"]),
         Route("/cors-proxy", wrap(feature_disabled), methods=["GET", "POST"]),
@@ -433,3 +474,18 @@ def _caps(t: ChatTemplates) -> dict[str, bool]:
 
     return template_caps(t.tool_use or t.source)
 
+
+def _at_string(data: Any, key: str) -> str:
+    """``std::string v = data.at(key)`` as nlohmann throws it (each a 500 ``server_error`` in llama-server)."""
+    def name(v: Any) -> str:
+        return ("null" if v is None else "boolean" if isinstance(v, bool) else "number"
+                if isinstance(v, (int, float)) else "string" if isinstance(v, str) else "array"
+                if isinstance(v, list) else "object")
+    if not isinstance(data, dict):
+        raise HttpError(f"[json.exception.type_error.304] cannot use at() with {name(data)}", "server_error")
+    if key not in data:
+        raise HttpError(f"[json.exception.out_of_range.403] key '{key}' not found", "server_error")
+    v = data[key]
+    if not isinstance(v, str):
+        raise HttpError(f"[json.exception.type_error.302] type must be string, but is {name(v)}", "server_error")
+    return v

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -100,9 +101,10 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
                     cp = state.task_params(data, chat)
                     if cp.sampling.seed != 0xFFFFFFFF:
                         cp.sampling = cp.sampling.replace(seed=(cp.sampling.seed + j) & 0xFFFFFFFF)
-                    kids.append(Task(list(toks), cp, emit, index=i * n + j))
+                    kids.append(Task(toks if isinstance(toks, np.ndarray) else list(toks), cp, emit,
+                                     index=i * n + j))
                 tasks.append(Task(toks, params, emit, index=i * n, children=kids))
-                if delims:
+                if delims and not isinstance(toks, np.ndarray):     # (an array: a prompt the slot refuses)
                     tasks[-1].user_starts = user_message_starts(toks, delims)
                     for k in kids:
                         k.user_starts = tasks[-1].user_starts
@@ -123,8 +125,7 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
     created = int(time.time())
     model = state.model_name
     fp = cfg.build_info
-    for t in tasks:
-        eng.submit(t)
+    eng.submit(tasks)
 
     def cancel() -> None:
         for t in tasks:

@@ -27,7 +27,6 @@ import ctypes
 import os
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,6 +43,7 @@ from .errors import HttpError
 from .prompt_cache import PromptCache
 from .sampling import SlotSampling
 from .scheduler import SlotScheduler
+from .slot_actions import SlotActions
 from .slots import Slot, Task
 
 __all__ = ["Engine", "EngineConfig"]
@@ -74,7 +74,7 @@ class EngineConfig:
     cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
 
 
-class Engine(SlotScheduler, BatchStep, SlotSampling):
+class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
     """The model, its context and the slots; :meth:`submit` queues a task (with its ``n`` children)."""
 
     def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None) -> None:
@@ -142,7 +142,8 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         self._queue: queue.Queue[Any] = queue.Queue()
         self._controls: list[tuple[str, str, dict[str, Any], threading.Event]] = []
         self._controls_lock = threading.Lock()
-        self._deferred: list[Task] = []
+        self._pending: list[Task] = []       # queue_tasks: offered to the slots at the next iteration, in order
+        self._deferred: list[Task] = []      # queue_tasks_deferred: back in _pending one per released slot
         self._thread: threading.Thread | None = None
         self._stop = False
         self.fatal = ""                       # why the model thread ended, if it did
@@ -230,8 +231,8 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                 return buf.raw[:n]
             cap = -n
 
-    def count_tokens(self, text: bytes, add_special: bool, parse_special: bool) -> int:
-        """How many tokens ``text`` is, tokenized into a numpy buffer (no Python list of a huge prompt)."""
+    def tokens_array(self, text: bytes, add_special: bool, parse_special: bool) -> Any:
+        """``text`` tokenized into a numpy ``int32`` array (no Python list of a huge prompt)."""
         import numpy as np
 
         cap = len(text) + 8
@@ -240,24 +241,29 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
             ptr = buf.ctypes.data_as(ctypes.POINTER(L.llama_token))
             k = L.llama_tokenize(self.vocab_ptr, text, len(text), ptr, cap, add_special, parse_special)
             if k >= 0:
-                return int(k)
+                return buf[:k].copy() if k < cap // 2 else buf[:k]
             if k == -2147483648 or -k <= cap:
                 raise ConstrainedError(f"llama_tokenize failed ({k})")
             cap = -k
 
-    def tokenize_prompt(self, p: Any, refuse_from: int = 0) -> list[int]:
+    def count_tokens(self, text: bytes, add_special: bool, parse_special: bool) -> int:
+        """How many tokens ``text`` is, tokenized into a numpy buffer (no Python list of a huge prompt)."""
+        return len(self.tokens_array(text, add_special, parse_special))
+
+    def tokenize_prompt(self, p: Any, refuse_from: int = 0) -> Any:
         """``tokenize_mixed`` with add_special and parse_special (a string, token ids, or both mixed).
-        ``refuse_from`` > 0: a string prompt of at least that many tokens is refused with llama-server's
-        ``exceed_context_size_error`` before its token list is built (a 50 MB prompt costs its count only)."""
+        ``refuse_from`` > 0: a string prompt of at least that many tokens (one the slot will refuse) comes back as
+        a numpy ``int32`` array (4 bytes a token, as llama-server's vector) instead of a Python list (a 50 MB prompt
+        would cost over 1 GB as one). It still goes to a slot: llama-server picks a slot for it, saves and clears
+        the idle slots, then refuses it in the slot (``exceed_context_size_error``) and releases that slot, so
+        the next requests' slot choice depends on it."""
         if isinstance(p, str):
             if refuse_from > 0 and len(p) + 2 >= refuse_from // 4:
                 b = p.encode("utf-8")
                 if len(b) + 2 >= refuse_from:
-                    n = self.count_tokens(b, True, True)
-                    if n >= refuse_from:
-                        raise HttpError(f"request ({n} tokens) exceeds the available context size ({refuse_from} "
-                                        "tokens), try increasing it", "exceed_context_size_error",
-                                        n_prompt_tokens=n, n_ctx=refuse_from)
+                    arr = self.tokens_array(b, True, True)
+                    if len(arr) >= refuse_from:
+                        return arr
             return self.tokenize(p, True, True)
         out: list[int] = []
         first = True
@@ -281,17 +287,21 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
         for s in self.slots:
             if s.task is not None:
                 s.task.cancel()
-        for t in list(self._deferred):
+        for t in [*self._pending, *self._deferred]:
             t.cancel()
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout=timeout)
 
-    def submit(self, task: Task) -> None:
+    def submit(self, task: Task | list[Task]) -> None:
+        """Queue a task, or a request's tasks at once (``server_queue::post(tasks)``: the model thread takes them
+        in one pass, so one prompt's slot choice never sees the next one's absence)."""
+        tasks = task if isinstance(task, list) else [task]
         if not self.alive():                  # nobody would answer it: 503 at once
-            task.emit(HttpError(f"the model thread stopped: {self.fatal}", "unavailable_error"))
+            for t in tasks:
+                t.emit(HttpError(f"the model thread stopped: {self.fatal}", "unavailable_error"))
             return
-        self._queue.put(task)
+        self._queue.put(tasks)
 
     def control(self, cmpl_id: str, action: str, timeout: float = 30.0) -> dict[str, Any]:
         """``SERVER_TASK_TYPE_CONTROL`` (server-context.cpp:2446-2476), run on the worker thread between two
@@ -345,48 +355,58 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
             for s in self.slots:
                 if s.task is not None:
                     s.task.emit(err)
-            for t in self._deferred:
+            for t in [*getattr(self, "_pending", []), *self._deferred]:
                 t.emit(err)
             while True:
                 try:
-                    t = self._queue.get_nowait()
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if t is not None:
-                    t.emit(err)
+                for t in item if isinstance(item, list) else [item] if item is not None else []:
+                    if t is not _WAKE:
+                        t.emit(err)
 
     def _loop(self) -> None:
+        # server_queue::start_loop: the new tasks offered to the slots in arrival order (process_new_tasks), then
+        # one iteration of the slots (update_slots); idle, it waits for the next task
+        offered_idle = False
         while not self._stop:
             active = any(s.state != "idle" for s in self.slots)
+            if not active and self._deferred and not self._pending and not offered_idle:
+                # every slot is idle and tasks still wait: llama-server would offer them again only when a slot is
+                # released, which will not happen now (a task waiting on a busy requested slot that freed while
+                # another was offered); offered again here so they are answered
+                self._pending, self._deferred = self._deferred, []
+                offered_idle = True                 # once until the next task arrives (never a busy loop)
+            block = not active and not self._pending
             try:
-                t = self._queue.get(timeout=None if not active and not self._deferred else 0.0) \
-                    if not active and not self._deferred else self._queue.get_nowait()
+                item = self._queue.get() if block else self._queue.get_nowait()
             except queue.Empty:
-                t = None
-            else:
-                if t is None and self._stop:
+                item = _WAKE
+            while True:
+                if item is None and self._stop:
+                    return
+                if isinstance(item, list):
+                    self._pending.extend(item)
+                    offered_idle = False
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
                     break
-            if t is not None and t is not _WAKE:
-                self._deferred.append(t)
-            if t is not None:
-                while True:
-                    try:
-                        more = self._queue.get_nowait()
-                    except queue.Empty:
-                        break
-                    if more is not None and more is not _WAKE:
-                        self._deferred.append(more)
             if self._controls:
                 self._run_controls()
+            for s in self.slots:                     # SERVER_TASK_TYPE_CANCEL: before the new tasks are offered
+                if s.task is not None and s.task.cancelled:
+                    self._release(s)
             try:
                 self._launch_pending()
             except Exception as e:  # noqa: BLE001 - a failure outside every task's guard: the waiting tasks answered
                 import traceback
 
                 traceback.print_exc()
-                for t in self._deferred:
+                for t in [*self._pending, *self._deferred]:
                     self._error(t, HttpError(f"got exception: {type(e).__name__}: {e}", "server_error"))
-                self._deferred = []
+                self._pending, self._deferred = [], []
             if any(s.state != "idle" for s in self.slots):
                 try:
                     self._step()
@@ -398,8 +418,6 @@ class Engine(SlotScheduler, BatchStep, SlotSampling):
                         if s.task is not None:
                             self._error(s.task, HttpError(f"{type(e).__name__}: {e}", "server_error"))
                             self._release(s)
-            elif self._deferred:
-                time.sleep(0.005)
 
 
 _WAKE = object()      # wakes the worker loop for a control request

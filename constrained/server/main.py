@@ -56,7 +56,8 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
                         endpoint_slots=a.slots, endpoint_metrics=a.metrics, endpoint_props=a.props, ui=a.webui,
                         cors_origins=a.cors_origins, prefill_assistant=a.prefill_assistant,
                         verbose=a.verbose, reasoning_format=a.reasoning_format,
-                        reasoning_budget=a.reasoning_budget, reasoning_budget_message=a.reasoning_budget_message)
+                        reasoning_budget=a.reasoning_budget, reasoning_budget_message=a.reasoning_budget_message,
+                        slot_save_path=a.slot_save_path)
 
 
 def freeze_loaded_heap() -> None:

@@ -26,6 +26,7 @@ from ..errors import ConstrainedError
 from ..grammar import Grammar
 from ..llama.slot import common_prefix
 from .errors import HttpError
+from .slot_actions import SlotAction
 from .slots import Slot, Task
 
 __all__ = ["SlotScheduler"]
@@ -43,8 +44,10 @@ class SlotScheduler:
     n_vocab: int
     vocab: Any
     metrics: dict[str, Any]
+    _pending: list[Task]
     _deferred: list[Task]
     _tick: int
+    _slot_action: Any
 
     def _pick_slot(self, task: Task, taken: set[int]) -> Slot | None:
         # get_available_slot: the requested id, else the best LCP similarity, else the least recently used; a
@@ -117,35 +120,49 @@ class SlotScheduler:
         return True
 
     def _launch_pending(self) -> None:
-        still: list[Task] = []
-        for task in self._deferred:
+        """``process_new_tasks``: every pending task offered to the slots in order (a slot released meanwhile
+        puts a deferred task at the front, which is offered in this same pass); one that finds no slot is
+        deferred, and offered again only when a slot is released (:meth:`_release`)."""
+        while self._pending:
+            task = self._pending.pop(0)
             if task.cancelled:
                 continue
             try:
-                if not self._launch_task(task):
-                    still.append(task)
+                done = self._slot_action(task) if isinstance(task, SlotAction) else self._launch_task(task)
+                if not done:
+                    self._deferred.append(task)
             except Exception as e:  # noqa: BLE001 - one task's failure (slot choice, prompt cache) is its own
                 for t in (task, *task.children):
                     for s in self.slots:
                         if s.task is t:
                             self._release(s)
                     self._error(t, HttpError(f"got exception: {str(e) or type(e).__name__}", "server_error"))
-        self._deferred = still
-        self.metrics["requests_deferred"] = len(still)
+        self._deferred = [t for t in self._deferred if not t.cancelled]
+        self.metrics["requests_deferred"] = len(self._deferred)
 
     def _launch_task(self, task: Task) -> bool:
-        """One deferred task (and its children) onto slots; False when it must wait."""
-        group = [task, *task.children]
+        """One task (and its children) onto slots (``process_single_task``); False when it must wait."""
         parent = self._pick_slot(task, set())
         if parent is None:
             return False
-        # get_free_slots: the children take the first free slots by id, the parent's excluded
-        kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
-        if len(kids) < len(task.children):
-            return False
-        chosen = [parent, *kids]
-        ok = all([self._launch_guarded(s, t) for t, s in zip(group, chosen, strict=True)])
-        if ok and self.prompt_cache is not None and self.cfg.cache_idle_slots:
+        if task.children:
+            # get_free_slots: the children take the first free slots by id, the parent's excluded
+            kids = [s for s in self.slots if s.state == "idle" and s.id != parent.id][: len(task.children)]
+            if len(kids) < len(task.children):
+                return False
+            # launch_slots_with_parent_task: the children first, then the parent; a failure releases the slots
+            # this group already took, and the task is dropped (its error already sent)
+            launched: list[Slot] = []
+            for s, t in [*zip(kids, task.children, strict=True), (parent, task)]:
+                if not self._launch_guarded(s, t):
+                    for x in launched:
+                        if x.task is not None:
+                            self._release(x)
+                    return True
+                launched.append(s)
+        elif not self._launch_guarded(parent, task):
+            return True
+        if self.prompt_cache is not None and self.cfg.cache_idle_slots:
             for s in self.slots:                 # the idle slots saved (and cleared when unified)
                 if s.state == "idle":
                     if self._prompt_save(s):
@@ -171,7 +188,7 @@ class SlotScheduler:
         # launch_slot_with_task: token ids checked, samplers (and grammar) built
         slot.reset_gen()
         p = task.params
-        if any(not 0 <= t < self.n_vocab for t in task.tokens):
+        if _invalid_tokens(task.tokens, self.n_vocab):
             self._error(task, HttpError("Prompt contains invalid tokens", "invalid_request_error"))
             return False
         try:
@@ -235,6 +252,10 @@ class SlotScheduler:
         return rb
 
     def _release(self, slot: Slot) -> None:
+        """``server_slot::release``: a processing slot stamped as just used (the LRU order of the next choice),
+        a child's context dropped, and one deferred task offered again (``pop_deferred_task``)."""
+        if slot.task is None and slot.state == "idle":
+            return
         if slot.task is not None:
             slot.task_prev = slot.task
             if slot.task.parent is not None:      # a child keeps no context: the parent's is enough
@@ -246,6 +267,18 @@ class SlotScheduler:
         self._tick += 1
         slot.t_last_used = self._tick
         self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+        self._pop_deferred(slot.id)
+
+    def _pop_deferred(self, id_slot: int) -> None:
+        """``server_queue::pop_deferred_task``: the first deferred task that asked for this slot (its raw
+        ``id_slot``), else the oldest one, put at the front of the pending tasks."""
+        waiting = [t for t in self._deferred if not t.cancelled]
+        if len(waiting) != len(self._deferred):
+            self._deferred = waiting
+        if not self._deferred:
+            return
+        i = next((k for k, t in enumerate(self._deferred) if t.params.id_slot == id_slot), 0)
+        self._pending.insert(0, self._deferred.pop(i))
 
     def _prompt_clear(self, s: Slot) -> None:
         L.llama_memory_seq_rm(self.mem, s.id, -1, -1)
@@ -264,6 +297,13 @@ class SlotScheduler:
 
     def _error(self, task: Task, err: HttpError) -> None:
         task.emit(err)
+
+
+def _invalid_tokens(tokens: Any, n_vocab: int) -> bool:
+    """``validate``: a token id outside the vocabulary (a numpy prompt checked at once)."""
+    if isinstance(tokens, np.ndarray):
+        return bool(len(tokens)) and bool((tokens < 0).any() or (tokens >= n_vocab).any())
+    return any(not 0 <= t < n_vocab for t in tokens)
 
 
 def slot_by_id(id_slot: int, n_slots: int) -> int:

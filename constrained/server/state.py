@@ -46,6 +46,7 @@ class ServerConfig:
     max_body: int = 100 * 1024 * 1024           # --max-body-size: httplib's payload limit (0: none); above, 413
     max_messages: int = 65536                   # --max-messages: a chat body with more is refused (400)
     max_dry_breakers: int = 128                 # dry_sequence_breakers longer than this are refused (400)
+    slot_save_path: str = ""                    # --slot-save-path (with its trailing "/"; empty: slot actions 501)
 
 
 class ServerState:

@@ -198,3 +198,22 @@ def test_dry_breaker_cache_is_bounded() -> None:
     assert len(dry._cache[v]) == dry.CACHE_SIZE
     assert dry.process_breakers(v, ("q0",)) == first == {}
     assert dry.process_breakers(v, ("\n", ":")) == {1: [()], 2: [()]}
+
+
+def test_dry_breaker_cache_is_bounded_by_heads(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the soak's growth: tables of ~20,000 heads each (a breaker "s1": every token ending in "s" heads it); the
+    # cache keeps at most CACHE_ENTRIES heads in all (always the newest table), and equal tail lists are shared
+    from constrained import Vocabulary
+    from sampler import dry
+
+    words = [f"w{i}s".encode() for i in range(500)] + [b"\n"]
+    v = Vocabulary(words, eog_ids=[len(words) - 1])
+    monkeypatch.setattr(dry, "CACHE_ENTRIES", 1200)
+    tables = [dry.process_breakers(v, (f"q{k}", "s")) for k in range(1, 10)]
+    assert len(tables[0]) >= 500
+    kept = dry._cache[v]
+    assert sum(len(t) for t in kept.values()) <= 1200 and len(kept) == 2
+    assert next(reversed(kept.values())) is tables[-1]
+    lists = {id(x) for x in tables[0].values()}
+    assert len(lists) == 1                                   # 500 heads, one shared tail list
+    assert dry.process_breakers(v, ("q1", "s")) == tables[0]      # rebuilt the same after eviction

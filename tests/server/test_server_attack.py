@@ -463,8 +463,6 @@ def test_heavy_request_does_not_stall_others(srv: LlamaServer, heavy: str) -> No
 
 
 # ------------------------------------------------------------------ soak
-@pytest.mark.xfail(reason="session 6's final run: RSS grew 63 MB over 300 requests against a 60 MB bound; open "
-                          "(issue 28: RSS flat over a soak is not yet proven)", strict=False)
 def test_memory_soak_mixed_hostile(srv: LlamaServer) -> None:
     pid = _server_pid(srv)
     rng = __import__("random").Random(7)

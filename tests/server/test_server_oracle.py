@@ -241,23 +241,12 @@ def _compare(pair: tuple) -> None:
     assert (s2, us) == (s1, real)
 
 
-# Quarantined (session 6): under load, cases anywhere in the sequence answer from another slot than llama-server
-# (id_slot, /slots and the cache counts that follow from it), a different case in each run: a slot-choice race
-# introduced this session, not yet found. Non-strict xfail (xpassed when the race does not strike), listed in the
-# CHANGELOG's "Known regression"; remove the marks when it is fixed.
-_SLOT_RACE = pytest.mark.xfail(reason="slot-choice race under load (quarantined, session 6)", strict=False)
-
-
-def _cases(names: list[str]) -> list:
-    return [pytest.param(n, marks=_SLOT_RACE) for n in names]
-
-
-@pytest.mark.parametrize("case", _cases([c[0] for c in COMMON + NO_JINJA_ONLY]))
+@pytest.mark.parametrize("case", [c[0] for c in COMMON + NO_JINJA_ONLY])
 def test_same_as_llama_server_no_jinja(no_jinja: dict[str, tuple], case: str) -> None:
     _compare(no_jinja[case])
 
 
-@pytest.mark.parametrize("case", _cases([c[0] for c in JINJA]))
+@pytest.mark.parametrize("case", [c[0] for c in JINJA])
 def test_same_as_llama_server_jinja(jinja: dict[str, tuple], case: str) -> None:
     _compare(jinja[case])
 
