@@ -82,7 +82,38 @@ fail:
     return nullptr;
 }
 
+// gguf_meta._Cursor.skip_string repeated count times (a GGUF string array skipped): the offset after the array,
+// or -1 where a length runs past the buffer (the caller then reports the truncation as the Python loop does)
+PyObject* skip_strings(PyObject*, PyObject* args) {
+    Py_buffer b{};
+    Py_ssize_t pos;
+    unsigned long long count;
+    if (!PyArg_ParseTuple(args, "y*nK", &b, &pos, &count)) return nullptr;
+    const uint8_t* p = (const uint8_t*)b.buf;
+    const uint64_t len = (uint64_t)b.len;
+    uint64_t at = pos < 0 ? len + 1 : (uint64_t)pos;
+    bool bad = at > len;
+    for (unsigned long long i = 0; i < count && !bad; i++) {
+        if (len - at < 8) {
+            bad = true;
+            break;
+        }
+        uint64_t n = 0;
+        for (int k = 7; k >= 0; k--) n = (n << 8) | p[at + (uint64_t)k];  // little-endian uint64
+        at += 8;
+        if (n > len - at) {
+            bad = true;
+            break;
+        }
+        at += n;
+    }
+    PyBuffer_Release(&b);
+    return PyLong_FromLongLong(bad ? -1 : (long long)at);
+}
+
 PyMethodDef methods[] = {
+    {"skip_strings", (PyCFunction)skip_strings, METH_VARARGS,
+     "skip_strings(buffer, pos, count) -> the offset after count GGUF strings from pos, or -1 (truncated)."},
     {"read_vocab", (PyCFunction)read_vocab, METH_VARARGS,
      "read_vocab(vocab, n, token_to_piece, is_eog, get_attr) -> (pieces, attrs, eog_ids): addresses as ints."},
     {nullptr, nullptr, 0, nullptr}};

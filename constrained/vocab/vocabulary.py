@@ -6,13 +6,13 @@ special=True)`` renders, and the end-of-generation set that llama.cpp builds at 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable, Sequence
 from enum import IntFlag
 from pathlib import Path
 from typing import Any
 
 from ..errors import VocabularyError
+from . import _ext
 
 
 class TokenAttr(IntFlag):
@@ -281,12 +281,7 @@ def _read_tokens_python(L: Any, vocab: Any, n: int) -> tuple[list[bytes], list[i
     return pieces, attrs, eog
 
 
-PURE = os.environ.get("CONSTRAINED_PURE_PYTHON", "") not in ("", "0")
+PURE = _ext.PURE
 """``CONSTRAINED_PURE_PYTHON=1``: :meth:`Vocabulary.from_llama` runs its Python loop even where the compiled one is
 built."""
-_read_ext: Any = None
-if not PURE:
-    try:
-        from . import _read as _read_ext
-    except ImportError:  # pragma: no cover - no C++ compiler at install time: the Python loop runs
-        _read_ext = None
+_read_ext: Any = _ext.read_ext

@@ -83,6 +83,7 @@ def test_converter_grammars_read_directly() -> None:
 
 def test_bundled_and_llama_cpp_grammars() -> None:
     import constrained.grammars as bundled
+
     from oracle.sdist import llama_cpp_source
 
     files = sorted(pathlib.Path(bundled.__file__).parent.glob("*.gbnf"))

@@ -66,3 +66,49 @@ def test_vocabulary_keeps_given_tuples() -> None:
     assert w.attrs == (4, 1) and all(type(x) is int for x in w.attrs)
     x = Vocabulary((b"a", bytearray(b"b")), attrs=(4, True))
     assert all(type(q) is bytes for q in x.pieces) and all(type(q) is int for q in x.attrs)
+
+
+@needs_kernel
+@pytest.mark.parametrize("name", ["gpt-2", "llama-spm", "gemma-4", "bert-bge"])
+def test_compiled_string_skip_equals_python(name: str, monkeypatch) -> None:
+    """read_metadata with the compiled skip of string arrays equals the Python loop's result, key for key."""
+    from constrained.vocab import gguf_meta as GM
+    from oracle.sdist import vocab_gguf
+
+    path = vocab_gguf(name)
+    skip = {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}
+    fast = GM.read_metadata(path, skip=skip)
+    monkeypatch.setattr(GM, "_skip_strings", None)
+    slow = GM.read_metadata(path, skip=skip)
+    assert fast.keys() == slow.keys()
+    for k in fast:
+        a, b = fast[k], slow[k]
+        assert (np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b), k
+
+
+@needs_kernel
+def test_compiled_string_skip_bounds() -> None:
+    import struct
+
+    buf = struct.pack("<Q", 3) + b"abc" + struct.pack("<Q", 0) + struct.pack("<Q", 5) + b"xy"
+    assert V._read_ext.skip_strings(buf, 0, 2) == 19
+    assert V._read_ext.skip_strings(buf, 0, 3) == -1           # the third string runs past the end
+    assert V._read_ext.skip_strings(buf, 0, 0) == 0
+    assert V._read_ext.skip_strings(buf, 30, 1) == -1
+    assert V._read_ext.skip_strings(struct.pack("<Q", 1 << 63), 0, 1) == -1
+
+
+def test_truncated_string_array_still_reported(tmp_path) -> None:
+    """A truncated GGUF whose skipped string array runs past the end: the Python loop reports it, as before."""
+    import struct
+
+    from constrained.errors import VocabularyError
+    from constrained.vocab.gguf_meta import read_metadata
+
+    key = b"tokenizer.ggml.tokens"
+    data = (struct.pack("<IIQQ", 0x46554747, 3, 0, 1) + struct.pack("<Q", len(key)) + key
+            + struct.pack("<IIQ", 9, 8, 2) + struct.pack("<Q", 1) + b"a" + struct.pack("<Q", 50) + b"b")
+    p = tmp_path / "t.gguf"
+    p.write_bytes(data)
+    with pytest.raises(VocabularyError, match="truncated"):
+        read_metadata(p, skip={"tokenizer.ggml.tokens"})
