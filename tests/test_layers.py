@@ -110,7 +110,7 @@ GRAPH = _imports()
 
 
 def test_extensions_are_known() -> None:
-    assert EXTENSIONS == {"sampler._kernels", "constrained.grammar._walk"}
+    assert EXTENSIONS == {"sampler._kernels", "constrained.grammar._walk", "constrained.vocab._read"}
     assert "constrained.grammar._walk" not in GRAPH["constrained.grammar.stacks"]
     assert "constrained.grammar" not in GRAPH["constrained.grammar.stacks"]   # ``from . import _walk`` is no cycle
 
@@ -257,7 +257,8 @@ def test_one_extension_loader_per_package() -> None:
     """Each compiled extension is imported by exactly one module of its package (the others read it from there)."""
     importers = _extension_importers()
     assert importers == {"sampler._kernels": ["sampler.kernels"],
-                         "constrained.grammar._walk": ["constrained.grammar.stacks"]}, importers
+                         "constrained.grammar._walk": ["constrained.grammar.stacks"],
+                         "constrained.vocab._read": ["constrained.vocab._ext"]}, importers
 
 
 def _dynamic_imports(tree: ast.AST) -> list[tuple[int, str]]:

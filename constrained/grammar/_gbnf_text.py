@@ -113,8 +113,30 @@ def parse_char(text: str, i: int) -> tuple[int, int]:
     return decode_utf8(text, i)
 
 
+# decoded literals and classes by their text (a grammar's elements depend on the text alone; an error, which names
+# a position, is never cached): the converter writes the same few again and again
+_DECODED: dict[str, tuple[Element, ...]] = {}
+_DECODED_MAX = 8192
+
+
+def _remember(key: str, elements: tuple[Element, ...]) -> tuple[Element, ...]:
+    if len(key) <= 256:
+        if len(_DECODED) >= _DECODED_MAX:
+            _DECODED.clear()
+        _DECODED[key] = elements
+    return elements
+
+
 def literal(text: str, start: int, end: int) -> tuple[Element, ...]:
     """The CHAR elements of the literal ``text[start:end]`` (quotes included)."""
+    key = text[start:end]
+    hit = _DECODED.get(key)
+    if hit is not None:
+        return hit
+    return _remember(key, _literal(text, start, end))
+
+
+def _literal(text: str, start: int, end: int) -> tuple[Element, ...]:
     inner = text[start + 1:end - 1]
     if "\\" not in inner and inner.isascii():
         return tuple((_CHAR, ord(c)) for c in inner)
@@ -128,6 +150,14 @@ def literal(text: str, start: int, end: int) -> tuple[Element, ...]:
 
 def char_class(text: str, start: int, end: int) -> tuple[Element, ...]:
     """The elements of the class ``text[start:end]``, laid out as parse_sequence's ``[`` branch does."""
+    key = text[start:end]
+    hit = _DECODED.get(key)
+    if hit is not None:
+        return hit
+    return _remember(key, _char_class(text, start, end))
+
+
+def _char_class(text: str, start: int, end: int) -> tuple[Element, ...]:
     i, stop = start + 1, end - 1
     first = _CHAR
     if i < stop and text[i] == "^":

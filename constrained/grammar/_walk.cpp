@@ -1270,6 +1270,8 @@ PyMethodDef module_methods[] = {
      "The element table of advance (types, rule refs, alternatives) as bytes."},
     {"advance", (PyCFunction)walk_helpers::advance, METH_VARARGS,
      "GrammarRules.advance: the stacks one stack expands to (an int error code, or None: use the Python loop)."},
+    {"decode_pieces", (PyCFunction)walk_helpers::decode_pieces, METH_VARARGS,
+     "decode_pieces(pieces, skip) -> (length, rem, val, flat): tokenindex._vocab_table's decode (int64 bytearrays)."},
     {nullptr, nullptr, 0, nullptr}};
 
 PyMethodDef Kernel_methods[] = {

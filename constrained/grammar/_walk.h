@@ -47,6 +47,8 @@ PyObject* pack_rows(PyObject*, PyObject* args);
 PyObject* by_rows(PyObject*, PyObject* args);
 PyObject* set_rows(PyObject*, PyObject* args);
 PyObject* set_bits(PyObject*, PyObject* args);
+// _walk_vocab.cpp: tokenindex._vocab_table's decoding loop
+PyObject* decode_pieces(PyObject*, PyObject* args);
 // _walk_advance.cpp: GrammarRules.advance (stacks.py)
 PyObject* advance_table(PyObject*, PyObject* args);
 PyObject* advance(PyObject*, PyObject* args);

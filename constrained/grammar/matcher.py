@@ -472,6 +472,7 @@ def compile_grammar(grammar: Any, vocab: Vocabulary) -> CompiledGrammar:
         >>> compile_grammar(g, v) is compile_grammar(g, v)
         True
     """
+    _warm_vocabulary(vocab)
     parsed = _parsed(grammar, vocab)
     key = parsed.__dict__.get("_compile_key") if hasattr(parsed, "__dict__") else None
     if key is None:
@@ -490,3 +491,39 @@ def compile_grammar(grammar: Any, vocab: Vocabulary) -> CompiledGrammar:
             cg = CompiledGrammar(parsed, vocab)
             per_vocab.put(key, cg)
         return cg
+
+
+WARM_MIN_TOKENS = 32768
+"""Vocabularies from this size on are warmed once (see :func:`_warm_vocabulary`)."""
+_WARM_DOCUMENT = b'{"a": "bc d", "e": [1.5, -20, 3e4, true, false, null, {}], "f": {"g": ""}}'
+_WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WARM_LOCK = threading.Lock()
+
+
+def _warm_vocabulary(vocab: Vocabulary) -> None:
+    """Once per large vocabulary, before its first grammar: the schema-independent work every JSON grammar meets,
+    done up front and kept with the vocabulary's index (shared by all its grammars): the generic JSON value
+    grammar (``from_json_schema({})``: strings, numbers, literals, objects, arrays, whitespace) compiled, its
+    wide classes' table parts prepared, and its masks taken along a document that visits each kind of value, so
+    the per-suffix walks of those rules are in the index's shared cache. Masks are unchanged (the caches are the
+    ones a first visit fills); a failure here is ignored (the grammar that needs the work does it then)."""
+    if len(vocab) < WARM_MIN_TOKENS:
+        return
+    with _WARM_LOCK:
+        if vocab in _WARMED:
+            return
+        _WARMED[vocab] = True        # before the work: the compile below comes back through compile_grammar
+    try:
+        from ..json_schema import json_schema_to_gbnf
+        from .gbnf import parse_gbnf
+
+        layout = parse_gbnf(json_schema_to_gbnf({}))
+        parsed = ParsedGrammar(layout.rules, layout.symbol_ids, layout.symbol_ids["root"])
+        m = compile_grammar(parsed, vocab).matcher()
+        m.mask()
+        for i in range(len(_WARM_DOCUMENT)):
+            if not m.accept_bytes(_WARM_DOCUMENT[i:i + 1]):
+                break
+            m.mask()
+    except Exception:  # noqa: BLE001, S110 - a warm-up only
+        pass

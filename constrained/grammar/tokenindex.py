@@ -185,13 +185,17 @@ class TokenTable:
             owner = np.repeat(np.arange(n, dtype=np.int64), self.length)
             low = v < 128
             c, owner = v[low], owner[low]
-            o = np.argsort(c, kind="stable")
+            o = np.argsort(c.astype(np.uint8), kind="stable")     # the same order: a radix sort on 8 bits
             a = self.__dict__["_ascii_rows"] = (np.searchsorted(c[o], np.arange(129)).astype(np.int64),
                                                 np.ascontiguousarray(owner[o], dtype=np.int64))
         return a
 
     def _row_codepoints(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(off, v)``: every row's code points back to back in row order (``v``), row ``r``'s from ``off[r]``."""
+        """``(off, v)``: every row's code points back to back in row order (``v``), row ``r``'s from ``off[r]``
+        (a caller that asks twice may hold them in ``_rowcp`` meanwhile, as VocabIndex does)."""
+        rc = self.__dict__.get("_rowcp")
+        if rc is not None:
+            return rc
         length = self.length
         off = np.zeros(self.n, dtype=np.int64)
         if self.n:
@@ -201,7 +205,9 @@ class TokenTable:
 
     def _finish(self) -> TokenTable:
         length = self.length
-        o = np.argsort(-length, kind="stable")
+        top = int(length.max()) if len(length) else 0
+        # a stable sort is one order: on 16 bits numpy's stable sort is a radix sort
+        o = np.argsort(-length.astype(np.int16) if top < 1 << 15 else -length, kind="stable")
         if not np.array_equal(o, np.arange(len(o))):
             self.ids, self.start, self.length = self.ids[o], self.start[o], length[o]
             self.rem, self.val = self.rem[o], self.val[o]
@@ -246,9 +252,25 @@ class TokenTable:
 def _vocab_table(pieces: tuple[bytes, ...], skip: np.ndarray) -> TokenTable:
     """The apply-side table of every token id (``skip``: EOG/empty/NUL-led, given no code points and rem -1).
 
-    Valid UTF-8 pieces without NUL (nearly all) are decoded in one pass with Python's decoder (same code points as
-    the port); the others go through :func:`decode_utf8` one by one.
+    The compiled decode (``_walk.decode_pieces``) where it is built, else :func:`_vocab_table_python` (the
+    reference; the same arrays bit for bit).
     """
+    from .stacks import _walk_ext
+
+    if _walk_ext is not None and type(pieces) is tuple:
+        n = len(pieces)
+        length, rem, val, flat = (np.frombuffer(b, dtype=np.int64)
+                                  for b in _walk_ext.decode_pieces(pieces, np.ascontiguousarray(skip, dtype=np.uint8)))
+        start = np.zeros(n, dtype=np.int64)
+        if n:
+            np.cumsum(length[:-1], out=start[1:])
+        return TokenTable(np.arange(n, dtype=np.int64), start, length, flat, rem, val)._finish()
+    return _vocab_table_python(pieces, skip)
+
+
+def _vocab_table_python(pieces: tuple[bytes, ...], skip: np.ndarray) -> TokenTable:
+    """:func:`_vocab_table` in Python: valid UTF-8 pieces without NUL (nearly all) are decoded in one pass with
+    Python's decoder (same code points as the port); the others go through :func:`decode_utf8` one by one."""
     n = len(pieces)
     fast = np.zeros(n, dtype=bool)
     slow: dict[int, tuple[list[int], int, int]] = {}
@@ -301,19 +323,31 @@ class VocabIndex:
             self.eog[i] = True
         self.eog_ids = np.flatnonzero(self.eog)
         # tokens llama_grammar_apply_impl masks before looking at the grammar: empty pieces, a leading NUL
-        self.dead = np.array([(not p) or p[0] == 0 for p in self.pieces], dtype=bool) & ~self.eog
+        # the first byte of every piece (256 for an empty one), from the pieces joined
+        plen = np.fromiter(map(len, self.pieces), dtype=np.int64, count=n)
+        blob = np.frombuffer(b"".join(self.pieces), dtype=np.uint8)
+        first = np.full(n, 256, dtype=np.int64)
+        has = plen > 0
+        if n:
+            poff = np.zeros(n, dtype=np.int64)
+            np.cumsum(plen[:-1], out=poff[1:])
+            first[has] = blob[poff[has]]
+        self.dead = ((first == 256) | (first == 0)) & ~self.eog
         self._full: dict[int, tuple[list[int], int, int]] = {}   # accept-side decodes, filled on demand
         self.table = _vocab_table(self.pieces, self.eog | self.dead)
-        self.table.inv = np.argsort(self.table.ids).astype(np.intp)
+        inv = np.empty(n, dtype=np.intp)        # ids is a permutation of 0..n-1: its inverse by a scatter
+        inv[self.table.ids] = np.arange(n, dtype=np.intp)
+        self.table.inv = inv
         for d in range(len(self.table.longer) - 1):     # the per-depth code point columns, built up front
             self.table.col(d)
+        self.table.__dict__["_rowcp"] = self.table._row_codepoints()   # read by both, then dropped
         self.table.summary()
         self.table.ascii_rows()
+        del self.table.__dict__["_rowcp"]
         self.table.compact()
         self.table.build_lex()
         # tokens whose piece starts with a continuation byte: the only ones a pending partial sequence can take
-        self.cont_ids = [i for i, p in enumerate(self.pieces)
-                         if p and (p[0] >> 6) == 2 and not self.eog[i]]
+        self.cont_ids = np.flatnonzero(has & ((first >> 6) == 2) & ~self.eog).tolist()
         self._partial_tables: OrderedDict[tuple[int, int], TokenTable] = OrderedDict()
         # per-suffix walks (constrained.grammar.mask.LocalInfo) shared by all grammars, keyed on the rules' structure
         self.shared_local: OrderedDict[tuple, object] = OrderedDict()

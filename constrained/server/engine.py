@@ -92,6 +92,15 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         if not self.model:
             raise ConstrainedError(f"llama.cpp could not load the model {cfg.model_path}")
         self.vocab_ptr = L.llama_model_get_vocab(self.model)
+        # the vocabulary tables and the grammar engine's token index (~0.4 s at 262,144 tokens) are read on a
+        # thread started as soon as the model is loaded (meanwhile the context is created and the server starts
+        # listening); the first request that needs them waits for what is left
+        self._vocab: Vocabulary | None = None
+        self._vocab_error: BaseException | None = None
+        self._vocab_ready = threading.Event()
+        self._vocab_thread = threading.Thread(target=self._load_vocab, args=(_ModelHolder(self, cfg.model_path),),
+                                              daemon=True, name="constrained-vocab")
+        self._vocab_thread.start()
         n_par = cfg.n_parallel
         unified = cfg.kv_unified
         if n_par < 0:                         # -np auto: 4 slots, unified KV (server.cpp:156-161)
@@ -125,15 +134,6 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab_ptr))
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
         self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
-        holder = _ModelHolder(self, cfg.model_path)
-        # the vocabulary tables and the grammar engine's token index (~1.7 s at 262,144 tokens) are read on a
-        # thread while the server starts listening; the first request that needs them waits for what is left
-        self._vocab: Vocabulary | None = None
-        self._vocab_error: BaseException | None = None
-        self._vocab_ready = threading.Event()
-        self._vocab_thread = threading.Thread(target=self._load_vocab, args=(holder,), daemon=True,
-                                              name="constrained-vocab")
-        self._vocab_thread.start()
         self._pieces: dict[int, bytes] = {}
         self.batch = L.llama_batch_init(self.n_batch, 0, n_par)
         self.slots = [Slot(i, self.n_ctx_slot) for i in range(n_par)]

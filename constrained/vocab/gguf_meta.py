@@ -18,6 +18,7 @@ import numpy as np
 from gguf import GGUF_MAGIC, GGUFValueType
 
 from ..errors import VocabularyError
+from . import _ext
 
 _SCALAR = {
     GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H", GGUFValueType.INT16: "<h",
@@ -72,7 +73,11 @@ class _Cursor:
             count = self.unpack("<Q")
             if etype == GGUFValueType.STRING:
                 if not keep:
-                    for _ in range(count):
+                    end = _skip_strings(self.buf, self.pos, count) if _skip_strings is not None else -1
+                    if end >= 0:
+                        self.pos = end
+                        return None
+                    for _ in range(count):      # the reference (and the error at the right byte)
                         self.skip_string()
                     return None
                 return [self.string() for _ in range(count)]
@@ -141,6 +146,8 @@ def read_metadata(path: str | Path, skip: Container[str] = ()) -> dict[str, Any]
         if isinstance(buf, mmap.mmap):
             buf.close()
 
+
+_skip_strings: Any = getattr(_ext.read_ext, "skip_strings", None)   # the compiled string-array skip, if built
 
 SAMPLING_PREFIX = "general.sampling."
 _LARGE_KEYS = frozenset({"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import VocabularyError
+from . import _ext
 
 
 class TokenAttr(IntFlag):
@@ -55,7 +56,10 @@ class Vocabulary:
                  name: str = "vocabulary", special_ids: dict[str, int] | None = None,
                  suppress_tokens: Iterable[int] = (), vocab_type: str = "", add_space_prefix: bool | None = None,
                  clean_spaces: bool | None = None) -> None:
-        self.pieces: tuple[bytes, ...] = tuple(bytes(p) for p in pieces)
+        if type(pieces) is tuple and set(map(type, pieces)) <= {bytes}:
+            self.pieces: tuple[bytes, ...] = pieces       # already what the loop below makes (from_llama's kernel)
+        else:
+            self.pieces = tuple(bytes(p) for p in pieces)
         n = len(self.pieces)
         eog = frozenset(int(i) for i in eog_ids)
         bad = [i for i in eog if not 0 <= i < n]
@@ -64,7 +68,12 @@ class Vocabulary:
         self.eog_ids: frozenset[int] = eog
         if attrs is not None and len(attrs) != n:
             raise VocabularyError(f"{name}: {len(attrs)} token attributes for {n} tokens")
-        self.attrs: tuple[int, ...] | None = tuple(int(t) for t in attrs) if attrs is not None else None
+        if attrs is None:
+            self.attrs: tuple[int, ...] | None = None
+        elif type(attrs) is tuple and set(map(type, attrs)) <= {int}:
+            self.attrs = attrs
+        else:
+            self.attrs = tuple(int(t) for t in attrs)
         self.tokenizer = tokenizer
         self.name = name
         #: llama.cpp's special token ids by role ("bos", "eos", "eot", "eom", "unk", "pad", "fim_pre"...); -1 = none
@@ -220,16 +229,7 @@ class Vocabulary:
         vocab = model.vocab if model is not None else llm
         name = Path(getattr(llm, "model_path", "") or "llama").name
         n = L.llama_vocab_n_tokens(vocab)
-        buf = ctypes.create_string_buffer(256)
-        pieces: list[bytes] = []
-        for i in range(n):
-            k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
-            if k < 0:
-                buf = ctypes.create_string_buffer(-k + 16)
-                k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
-            pieces.append(buf.raw[:k])
-        eog = [i for i in range(n) if L.llama_vocab_is_eog(vocab, i)]
-        attrs = [int(L.llama_vocab_get_attr(vocab, i)) for i in range(n)]
+        pieces, attrs, eog = _read_tokens(L, vocab, n)
         n_sup = ctypes.c_int32(0)
         sup_ptr = L.llama_vocab_get_suppress_tokens(vocab, ctypes.byref(n_sup))
         suppress = [sup_ptr[i] for i in range(n_sup.value)] if n_sup.value > 0 else []
@@ -245,3 +245,43 @@ class Vocabulary:
                 suppress_tokens=suppress, vocab_type=vtype)
         v._llama_owner = llm  # keep the model (and so the vocab pointer) alive
         return v
+
+
+def _read_tokens(L: Any, vocab: Any, n: int) -> tuple[Any, Any, list[int]]:
+    """Every token's piece (``llama_token_to_piece(..., lstrip=0, special=True)``), attribute bits and whether it
+    ends generation, from llama.cpp's C API: the compiled loop (:mod:`constrained.vocab._read`, ~30x faster) where it
+    is built and ``CONSTRAINED_PURE_PYTHON`` is unset, else :func:`_read_tokens_python` (the reference)."""
+    import ctypes
+
+    if _read_ext is not None:
+        def addr(f: Any) -> int:
+            return int(ctypes.cast(f, ctypes.c_void_p).value or 0)
+
+        va = vocab if isinstance(vocab, int) else vocab.value if isinstance(vocab, ctypes.c_void_p) else addr(vocab)
+        if va:
+            return _read_ext.read_vocab(va, n, addr(L.llama_token_to_piece), addr(L.llama_vocab_is_eog),
+                                        addr(L.llama_vocab_get_attr))
+    return _read_tokens_python(L, vocab, n)
+
+
+def _read_tokens_python(L: Any, vocab: Any, n: int) -> tuple[list[bytes], list[int], list[int]]:
+    """The reference of :func:`_read_tokens`: one ctypes call per token and question."""
+    import ctypes
+
+    buf = ctypes.create_string_buffer(256)
+    pieces: list[bytes] = []
+    for i in range(n):
+        k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
+        if k < 0:
+            buf = ctypes.create_string_buffer(-k + 16)
+            k = L.llama_token_to_piece(vocab, i, buf, len(buf), 0, True)
+        pieces.append(buf.raw[:k])
+    eog = [i for i in range(n) if L.llama_vocab_is_eog(vocab, i)]
+    attrs = [int(L.llama_vocab_get_attr(vocab, i)) for i in range(n)]
+    return pieces, attrs, eog
+
+
+PURE = _ext.PURE
+"""``CONSTRAINED_PURE_PYTHON=1``: :meth:`Vocabulary.from_llama` runs its Python loop even where the compiled one is
+built."""
+_read_ext: Any = _ext.read_ext
