@@ -73,6 +73,7 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         self.report: dict[tuple[str, str], UnenforcedKeyword] = {}
         self.memo: dict[tuple, str] = {}
         self.dfa_rules: dict[tuple, str] = {}
+        self._emitted: dict[int, tuple[DFA, str]] = {}
         # up to draft 7, "$ref" replaces its siblings; from 2019-09 on they apply beside it
         self.ref_alone = ref_overrides_siblings(self.dialect)
         self._validator: Any = None
@@ -113,9 +114,13 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
 
     def emit(self, d: DFA, name: str) -> str:
         """The start rule of an automaton's rules (equal automata share their rules)."""
+        seen = self._emitted.get(id(d))
+        if seen is not None and seen[0] is d:
+            return seen[1]  # this very automaton (a cached key language...): no signature to compute
         sig = signature(d)  # before minimising: equal inputs, equal rules
         if sig not in self.dfa_rules:
             self.dfa_rules[sig] = emit(d, name, self.reserve, self.rules.__setitem__)
+        self._emitted[id(d)] = (d, self.dfa_rules[sig])  # d kept alive with its id
         return self.dfa_rules[sig]
 
     def primitive(self, name: str) -> str:

@@ -91,15 +91,20 @@ class ObjectMixin:
             entries.append((k, r, req))
         # extra keys: one key language per pattern region
         extras = []
-        base = complement(literal_dfa(declared))
-        if keys_ok is not None:
+        if not pat_dfas and not self.gen(value_subs(None, ()) or [(True, path)], f"{name}-extra"):
+            base = None  # no undeclared key can have a value (additionalProperties false): no key language
+        else:
+            base = self.other_keys(declared)
+        if base is not None and keys_ok is not None:
             base = intersect(base, keys_ok)
-        if pat_dfas:
+        if base is None:
+            pass
+        elif pat_dfas:
             # undeclared keys only where both regex dialects agree on every pattern
             base = intersect(base, safe_strings(any(uses_class_escapes(pt) for pt, _s, _p in patterns)))
         regions = [()] + [c for n in range(1, len(pat_dfas) + 1) for c in itertools.combinations(range(len(pat_dfas)),
                                                                                                     n)]
-        for region in regions:
+        for region in regions if base is not None else ():
             d = base
             try:
                 for j, (pd, _s, _p) in enumerate(pat_dfas):
@@ -139,6 +144,14 @@ class ObjectMixin:
         if not variants:
             return None
         return " | ".join(f"( {v} )" for v in variants) if len(variants) > 1 else variants[0]
+
+    def other_keys(self, declared: list[str]) -> DFA:
+        """The keys other than ``declared`` (one automaton per set of names: objects of one shape repeat)."""
+        cache = self.__dict__.setdefault("_other_keys", {})
+        key = frozenset(declared)
+        if key not in cache:
+            cache[key] = complement(literal_dfa(sorted(key)))
+        return cache[key]
 
     def gen_object_fallback(self, m: _Merged, name: str) -> str:
         return self.primitive("object")
