@@ -24,6 +24,7 @@ from .regex import (
 #: enums with more values than this spell each number one way only (the alternative spellings' automata made a
 #: 5,000-value enum take minutes)
 MAX_SPELLED_VALUES = 64
+_VALUE_FREE = frozenset(("const", "enum", "allOf", "$ref"))
 
 
 class CombinatorMixin:
@@ -167,8 +168,10 @@ class CombinatorMixin:
                     if checks is None:
                         # without const/enum: the values are already their intersection (and checking each value
                         # against its own enum costs n^2)
-                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in ("const", "enum")}
-                                           if isinstance(s, dict) else s) for s, _p in m.subs]
+                        # each schema of the flattened conjunction without its allOf/$ref (their targets are in
+                        # the list): a $ref to an enum would check every value against every value again
+                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in _VALUE_FREE}
+                                           if isinstance(s, dict) else s) for s, _p in self.flatten(m.subs)]
                     ok = all(c.is_valid(val) for c in checks)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True

@@ -45,15 +45,28 @@ class Unsupported(Exception):
 # ---- character sets: sorted disjoint inclusive ranges ---------------------------------------------------------------
 
 def cs_norm(ranges: list[tuple[int, int]] | Charset) -> Charset:
+    """Sorted, merged, disjoint ranges within the scalar values (surrogates and past U+10FFFF cut out)."""
     out: list[list[int]] = []
     for lo, hi in sorted(ranges):
         if lo > hi:
             continue
         if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
+            if hi > out[-1][1]:
+                out[-1][1] = hi
         else:
             out.append([lo, hi])
-    return cs_and(tuple((a, b) for a, b in out), UNIVERSE) if out else ()
+    res: list[tuple[int, int]] = []
+    for lo, hi in out:
+        if hi > MAX_UNICODE:
+            hi = MAX_UNICODE
+        if lo <= 0xDFFF and hi >= 0xD800:
+            if lo < 0xD800:
+                res.append((lo, 0xD7FF))
+            if hi > 0xDFFF:
+                res.append((0xE000, hi))
+        elif lo <= hi:
+            res.append((lo, hi))
+    return tuple(res)
 
 
 def _and(a: Charset, b: Charset) -> Charset:
@@ -579,14 +592,14 @@ def trim(d: DFA) -> DFA:
     while k < len(order):
         q = order[k]
         k += 1
-        merged: dict[int, list[tuple[int, int]]] = {}
+        merged: dict[int, list[Charset]] = {}
         for cs, t in d.edges[q]:
-            if t in live:
+            if t in live and cs:
                 if t not in index:
                     index[t] = len(order)
                     order.append(t)
-                merged.setdefault(index[t], []).extend(cs)
-        edges.append([(cs_norm(r), t) for t, r in merged.items()])
+                merged.setdefault(index[t], []).append(cs)
+        edges.append([(r[0] if len(r) == 1 else cs_norm([x for cs in r for x in cs]), t) for t, r in merged.items()])
     return DFA(edges, [d.accepting[q] for q in order])
 
 
@@ -615,6 +628,8 @@ def literal_dfa(words: list[str]) -> DFA:
     edges: list[dict[int, int]] = [{}]
     accepting = [False]
     for w in words:
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in w):
+            continue  # a lone surrogate: not a scalar value, never in a UTF-8 text
         q = 0
         for ch in w:
             cp = ord(ch)
@@ -708,6 +723,7 @@ def gbnf_class(cs: Charset) -> str:
 _RAW = cs_norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_UNICODE)])
 
 
+@functools.lru_cache(maxsize=4096)
 def json_chars(cs: Charset) -> str:
     """GBNF alternatives spelling, inside a JSON string, any character of ``cs`` (raw, or escaped where JSON must)."""
     alts = []
@@ -823,7 +839,7 @@ def emit(d: DFA, name: str, reserve: Callable[[str], str], define: Callable[[str
     d = minimise(d)
     names = [reserve(f"{name}-s{q}" if q else name) for q in range(len(d.edges))]
     for q in range(len(d.edges)):
-        alts = [f"{json_chars(cs)} {names[t]}" for cs, t in d.edges[q]]
+        alts = [f"{json_chars(cs)} {names[t]}" for cs, t in d.edges[q] if cs]
         if d.accepting[q]:
             alts.append('""')
         define(names[q], " | ".join(alts))
