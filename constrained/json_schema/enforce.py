@@ -58,6 +58,10 @@ from .regex import (
 from .report import UnenforcedKeyword
 
 
+MAX_NAME = 48
+"""Longest rule name built from the nesting (longer ones keep their head and tail)."""
+
+
 class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixin):
     """One conversion: the rules built so far, the report, and the generators of the mixins."""
 
@@ -139,6 +143,10 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         key = (tuple(id(s) for s, _p in subs), types)
         if key in self.memo:
             return self.memo[key] or None
+        if len(name) > MAX_NAME:
+            # names grow with the nesting (root-a-b-c...): past MAX_NAME, the head and the tail (names are only
+            # labels; a long one made each reference to a rule cost its whole path, megabytes of text)
+            name = f"{name[:MAX_NAME // 2 - 1]}--{name[-(MAX_NAME // 2 - 1):]}"
         rule = self.reserve(name)
         self.memo[key] = rule
         body = self.gen_body(subs, name, types)

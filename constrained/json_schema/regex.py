@@ -770,7 +770,7 @@ def minimise(d: DFA) -> DFA:
         size[block[q]] = size.get(block[q], 0) + 1
     # each state's edges once as (charsets, targets); a signature looks up the targets' blocks and merges the
     # charsets of edges that land in one block (normalised, so that equal moves give equal signatures)
-    labels = [tuple(cs_norm(cs) for cs, _t in es) for es in d.edges]
+    labels = [tuple(cs for cs, _t in es) for es in d.edges]  # normalised by whoever built d
     targets = [tuple(t for _cs, t in es) for es in d.edges]
     preds: list[set[int]] = [set() for _ in range(n)]
     for q in range(n):
