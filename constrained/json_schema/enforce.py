@@ -58,6 +58,11 @@ from .regex import (
 from .report import UnenforcedKeyword
 
 
+MAX_CONJUNCTIONS = 5000
+"""Most conjunctions (a schema with the alternatives chosen around it: one rule body each) built for one schema;
+past it, ``SchemaError`` names the limit (the combinations of nested anyOf/oneOf/if multiply)."""
+MAX_RULES = 20000
+"""Most grammar rules built for one schema; past it, ``SchemaError`` names the limit."""
 MAX_NAME = 48
 """Longest rule name built from the nesting (longer ones keep their head and tail)."""
 
@@ -81,6 +86,16 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         # up to draft 7, "$ref" replaces its siblings; from 2019-09 on they apply beside it
         self.ref_alone = ref_overrides_siblings(self.dialect)
         self._validator: Any = None
+        self.conjunctions = 0  # rule bodies built (MAX_CONJUNCTIONS)
+
+    def over_limit(self, path: str) -> None:
+        """``SchemaError`` for a schema past :data:`MAX_CONJUNCTIONS` or :data:`MAX_RULES` (named, with the path
+        being converted when it was reached): never seconds of silent work."""
+        what = (f"more than {MAX_CONJUNCTIONS} conjunctions (MAX_CONJUNCTIONS: combinations of the anyOf/oneOf/if "
+                f"alternatives around each subschema)" if self.conjunctions > MAX_CONJUNCTIONS else
+                f"more than {MAX_RULES} grammar rules (MAX_RULES)")
+        raise SchemaError(f"JSON schema error at {path}: enforce='all' would need {what} for this schema; "
+                          "enforce='llama.cpp' converts it (with its report of what is not enforced)", path=path)
 
     def unenforced(self, path: str, keyword: str, reason: str) -> None:
         self.report.setdefault((path, keyword), UnenforcedKeyword(path, keyword, reason))
@@ -149,6 +164,9 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
             name = f"{name[:MAX_NAME // 2 - 1]}--{name[-(MAX_NAME // 2 - 1):]}"
         rule = self.reserve(name)
         self.memo[key] = rule
+        self.conjunctions += 1
+        if self.conjunctions > MAX_CONJUNCTIONS or len(self.rules) > MAX_RULES:
+            self.over_limit(subs[0][1])
         body = self.gen_body(subs, name, types)
         if body is None:
             del self.rules[rule]

@@ -54,8 +54,28 @@ class CombinatorMixin:
                 m.excluded += [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
                 m.excluded_bools |= {v for v in vals if isinstance(v, bool)}
                 return allowed - ({"null"} if None in vals else set())
-        self.unenforced(path.rsplit("/", 1)[0], "not", "not is enforced only for types and values")
+        groups = self.not_groups(sch)
+        if groups is not None:
+            # not of a structural condition (required keys, properties with types/values), or of an anyOf of them:
+            # for each condition, one of its negations (a missing key, a property failing its schema)
+            for k, negs in enumerate(groups):
+                alts = self.made(("not", id(sch), k), lambda negs=negs: [(n, path) for n in negs])
+                m.anyofs.append((alts, "not", path.rsplit("/", 1)[0]))
+            return allowed
+        self.unenforced(path.rsplit("/", 1)[0], "not", "not is enforced only for types, values and structural "
+                                                       "conditions (required keys, properties with types/values)")
         return allowed
+
+    def not_groups(self, sch: Any) -> list[list] | None:
+        """``not sch`` as a conjunction of alternatives lists, for a structural ``sch`` (or an anyOf of them)."""
+        if not isinstance(sch, dict):
+            return None
+        keys = set(sch) - ANNOTATIONS
+        if keys == {"anyOf"} and isinstance(sch["anyOf"], list) and sch["anyOf"]:
+            parts = [self.structural_negation(c) if isinstance(c, dict) else None for c in sch["anyOf"]]
+            return None if any(p is None for p in parts) else parts
+        negs = self.structural_negation(sch)
+        return None if negs is None else [negs]
 
     def gen_alternatives(self, m: _Merged, subs: list[Sub], name: str, types: frozenset[str]) -> str | None:
         groups = m.anyofs
@@ -86,12 +106,16 @@ class CombinatorMixin:
         return " | ".join(out) if out else None
 
     def strip_alternatives(self, s: Any) -> Any:
-        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas")):
+        """``s`` without the keywords that became alternative groups (each branch holds its part)."""
+        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas",
+                                                        "not")):
             key = id(s)
             cache = self.__dict__.setdefault("_stripped", {})
             if key not in cache:
-                cache[key] = (s, {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "if", "then", "else",
-                                                                          "allOf", "$ref", "dependentSchemas")})
+                drop = {"anyOf", "oneOf", "if", "then", "else", "allOf", "$ref", "dependentSchemas"}
+                if "not" in s and self.not_groups(s["not"]) is not None:
+                    drop.add("not")  # a structural not: its negations are alternative groups
+                cache[key] = (s, {k: v for k, v in s.items() if k not in drop})
             return cache[key][1]
         return s
 
