@@ -92,8 +92,13 @@ class CombinatorMixin:
                 else:
                     self.unenforced(g[2], g[1], f"more than {MAX_BRANCHES} combinations of alternatives")
             groups = kept
-        for alts, kw, p in groups:
+        groups = list(groups)
+        for gi, (alts, kw, p) in enumerate(groups):
             if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
+                excl = self.exclusive_branches(alts)
+                if excl is not None:
+                    groups[gi] = (excl, kw, p)  # each branch with the negations of the others
+                    continue
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
         base = [(self.strip_alternatives(s), p) for s, p in self.flatten(subs)]
         out = []
@@ -104,6 +109,25 @@ class CombinatorMixin:
             if r is not None:
                 out.append(r)
         return " | ".join(out) if out else None
+
+    def exclusive_branches(self, alts: list[Sub]) -> list[Sub] | None:
+        """oneOf branches made disjoint: branch i and the negation of every other branch, when every branch is a
+        structural condition (``not_groups``); None otherwise."""
+        negs = [self.not_groups(a) for a, _p in alts]
+        if any(n is None for n in negs):
+            return None
+
+        def build() -> list[Sub]:
+            out: list[Sub] = []
+            for i, (a, p) in enumerate(alts):
+                others = [g for j, gs in enumerate(negs) if j != i for g in gs]
+                if any(not g for g in others):
+                    continue  # another branch holds for every value: this one can never be the only one
+                out.append(({"allOf": [a] + [{"anyOf": g} for g in others]}, p))
+            return out
+
+        made = self.made(("oneOf-exclusive", *(id(a) for a, _p in alts)), build)
+        return made if made else None
 
     def strip_alternatives(self, s: Any) -> Any:
         """``s`` without the keywords that became alternative groups (each branch holds its part)."""
@@ -148,7 +172,23 @@ class CombinatorMixin:
                 return False
         return True
 
+    @staticmethod
+    def forbids(x: _Merged, key: str) -> bool:
+        """Whether no object of ``x`` has ``key``: a member whose properties give it ``false``, or that does not
+        declare it, has no patternProperties and has ``additionalProperties: false``."""
+        for mem in x.members:
+            if key in mem["props"]:
+                if mem["props"][key][0] is False:
+                    return True
+                continue
+            if not mem["patterns"] and mem["additional"] is not None and mem["additional"][0] is False:
+                return True
+        return False
+
     def discriminated(self, a: _Merged, b: _Merged) -> bool:
+        # a key one requires and the other forbids
+        if any(self.forbids(b, k) for k in a.required) or any(self.forbids(a, k) for k in b.required):
+            return True
         for k in set(a.required) & set(b.required):
             va = [self.merge([mem["props"][k]]).values for mem in a.members if k in mem["props"]]
             vb = [self.merge([mem["props"][k]]).values for mem in b.members if k in mem["props"]]

@@ -147,3 +147,36 @@ def test_not_of_structural_conditions_enforced(uri: str | None, case: int) -> No
     assert conv.unenforced == ()
     out = check_sound(schema, "all", 40)
     assert out.misses == [] and out.checked == 40
+
+
+_P = {"a": {"type": "string"}, "b": {"type": "integer"}, "c": {"type": "boolean"}}
+_CLOSED_A = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"], "additionalProperties": False}
+_OPEN_B = {"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"]}
+ONEOF_CASES = [
+    {"type": "object", "properties": _P, "oneOf": [{"required": ["a"]}, {"required": ["b"]}]},
+    {"type": "object", "properties": _P, "oneOf": [{"required": ["a"]}, {"required": ["b"]}, {"required": ["c"]}]},
+    {"type": "object", "properties": _P, "oneOf": [{"required": ["a"]}, {"required": ["b", "c"]}]},
+    {"properties": _P, "oneOf": [{"required": ["a"]}, {"properties": {"a": {"type": "integer"}}}]},
+    {"oneOf": [_CLOSED_A, _OPEN_B]},  # b is forbidden by the closed branch: disjoint
+    {"oneOf": [{"type": "object", "properties": {"a": False}}, {"type": "object", "required": ["a"]}]},
+]
+
+
+@pytest.mark.parametrize("uri", [D4, D7, D2020, None])
+@pytest.mark.parametrize("case", range(len(ONEOF_CASES)))
+def test_oneof_made_exclusive_or_proved_disjoint(uri: str | None, case: int) -> None:
+    """oneOf whose branches overlap but are structural conditions: each branch with the others' negations; or
+    branches disjoint because one requires a key the other forbids. Every document matches exactly one branch."""
+    schema = dict(ONEOF_CASES[case])
+    if uri:
+        schema["$schema"] = uri
+    conv = convert_json_schema(schema, enforce="all")
+    assert conv.unenforced == ()
+    out = check_sound(schema, "all", 50)
+    assert out.misses == [] and out.checked == 50
+
+
+def test_overlapping_object_oneof_still_reported() -> None:
+    s = {"oneOf": [{"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
+                    "additionalProperties": False}, _OPEN_B]}
+    assert [k.keyword for k in convert_json_schema(s, enforce="all").unenforced] == ["oneOf"]
