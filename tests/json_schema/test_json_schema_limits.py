@@ -180,3 +180,17 @@ def test_overlapping_object_oneof_still_reported() -> None:
     s = {"oneOf": [{"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
                     "additionalProperties": False}, _OPEN_B]}
     assert [k.keyword for k in convert_json_schema(s, enforce="all").unenforced] == ["oneOf"]
+
+
+@pytest.mark.parametrize("uri", [D4, D7, D2020, None])
+def test_if_on_an_anyof_of_structural_conditions(uri: str | None) -> None:
+    schema = {"type": "object", "properties": _P, "if": {"anyOf": [{"required": ["a"]}, {"required": ["b"]}]},
+              "then": {"required": ["c"]}, "else": {"properties": {"c": False}}}
+    if uri:
+        schema["$schema"] = uri
+    if uri == D4:
+        schema = {"$schema": D4, "type": "object", "properties": _P}  # draft 4 has no if: ignored there
+    conv = convert_json_schema(schema, enforce="all")
+    assert conv.unenforced == ()
+    out = check_sound(schema, "all", 50)
+    assert out.misses == [] and out.checked == 50
