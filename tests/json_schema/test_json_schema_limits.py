@@ -194,3 +194,37 @@ def test_if_on_an_anyof_of_structural_conditions(uri: str | None) -> None:
     assert conv.unenforced == ()
     out = check_sound(schema, "all", 50)
     assert out.misses == [] and out.checked == 50
+
+
+def _rfc_hostname(h: str) -> bool:
+    import re
+
+    labels = h.split(".")
+    return len(h) <= 253 and all(
+        1 <= len(x) <= 63 and re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?", x) and x[2:4] != "--"
+        for x in labels) and not labels[-1].isdigit()
+
+
+@pytest.mark.parametrize("uri", [D4, D7, D2020, None])
+def test_hostname_and_email_hold_the_length_rules(uri: str | None) -> None:
+    """hostname and email are enforced whole now (no report): every drawn name holds RFC 1123's label rules, the
+    253 total, RFC 5891's no "--" at positions 3-4; every address RFC 5321's 64 / 254 lengths."""
+    import json
+
+    from oracle.cases.json_schema_corpus import documents
+
+    for fmt in ("hostname", "email"):
+        schema = {"type": "array", "items": {"type": "string", "format": fmt}, "minItems": 3}
+        if uri:
+            schema["$schema"] = uri
+        conv = convert_json_schema(schema, enforce="all")
+        assert conv.unenforced == ()
+        assert check_sound(schema, "all", 20).misses == []
+        for doc in documents(conv.gbnf, 40, 7):
+            for s in json.loads(doc):
+                if fmt == "hostname":
+                    assert _rfc_hostname(s), s
+                else:
+                    local, _, host = s.rpartition("@")
+                    assert len(s) <= 254 and 1 <= len(local) <= 64, s
+                    assert host.startswith("[") or _rfc_hostname(host), s
