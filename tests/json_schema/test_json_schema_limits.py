@@ -228,3 +228,23 @@ def test_hostname_and_email_hold_the_length_rules(uri: str | None) -> None:
                     local, _, host = s.rpartition("@")
                     assert len(s) <= 254 and 1 <= len(local) <= 64, s
                     assert host.startswith("[") or _rfc_hostname(host), s
+
+
+_PP = {"^a": {"type": "integer"}, "^b": {"type": "string"}, "^c": {"type": "boolean"}, "^d": {"type": "null"},
+       "x$": {"type": "number", "minimum": 3}, "^e": {"enum": [1, "one"]}}
+
+
+@pytest.mark.parametrize("uri", [D4, D7, D2020, None])
+@pytest.mark.parametrize("extra", [{"additionalProperties": False}, {"properties": {"ax": {"type": "integer"}},
+                                                                     "minProperties": 2},
+                                   {"additionalProperties": {"type": "string"}, "maxProperties": 3}])
+def test_many_pattern_properties_enforced(uri: str | None, extra: dict) -> None:
+    """Up to MAX_PATTERNS patterns (was 3): the key regions split one pattern at a time, empty ones pruned; keys in
+    two patterns' languages (``ax``) hold both schemas."""
+    schema = {"type": "object", "patternProperties": _PP, **extra}
+    if uri:
+        schema["$schema"] = uri
+    conv = convert_json_schema(schema, enforce="all")
+    assert conv.unenforced == ()
+    out = check_sound(schema, "all", 50)
+    assert out.misses == [] and out.checked == 50
