@@ -65,16 +65,19 @@ def real_corpus(llguidance: str) -> None:
     items = real_world()
     schemas = [s for _n, s in items]
     rows: dict[str, tuple[list[float], int]] = {}
+    oks: dict[str, list[bool]] = {}
     for mode in ("llama.cpp", "all"):
         times, ok, full = [], 0, 0
+        oks[mode] = []
         for s in schemas:
             t = time.perf_counter()
             try:
                 conv = convert_json_schema(s, enforce=mode)
                 ok += 1
                 full += not conv.unenforced
+                oks[mode].append(True)
             except ConstrainedError:
-                pass
+                oks[mode].append(False)
             times.append(time.perf_counter() - t)
         rows[mode] = (times, ok)
         print(f"  {mode:<10} compiled {ok:4d}/{len(schemas)}  empty report {full:4d}  " + _pcts(times))
@@ -85,17 +88,25 @@ def real_corpus(llguidance: str) -> None:
         res = json.loads(subprocess.run([llguidance, str(helper), f.name], capture_output=True, text=True,
                                         check=True).stdout)
         Path(f.name).unlink()
-        times = [t for t, _ok in res]
-        rows["llguidance"] = (times, sum(ok for _t, ok in res))
-        print(f"  {'llguidance':<10} compiled {rows['llguidance'][1]:4d}/{len(schemas)}  " + _pcts(times))
+        strict = [r[0] for r in res]
+        lenient = [r[3] for r in res]
+        rows["llguidance"] = (strict, sum(r[1] for r in res))
+        rows["llguidance lenient"] = (lenient, sum(r[4] for r in res))
+        oks["llguidance"] = [bool(r[1]) for r in res]
+        oks["llguidance lenient"] = [bool(r[4]) for r in res]
+        print(f"  llguidance (strict: refuses unimplemented keywords) compiled {rows['llguidance'][1]:4d}/"
+              f"{len(schemas)}  " + _pcts(strict))
+        print(f"  llguidance lenient (ignores them, warns) compiled {rows['llguidance lenient'][1]:4d}/"
+              f"{len(schemas)}, {sum(r[4] and not r[5] for r in res)} without a warning  " + _pcts(lenient))
     else:
         print(f"  llguidance: no Python at {llguidance!r}, skipped")
     print(f"schemas: {len(schemas)}  (load average {os.getloadavg()[0]:.1f})")
-    a = rows["all"][0]
-    for other in ("llama.cpp", "llguidance"):
+    for other in ("llama.cpp", "llguidance", "llguidance lenient"):
         if other in rows:
-            b = rows[other][0]
-            print(f"  ratio all / {other}: " + "  ".join(
+            both = [i for i in range(len(schemas)) if oks["all"][i] and oks[other][i]]
+            a = [rows["all"][0][i] for i in both]
+            b = [rows[other][0][i] for i in both]
+            print(f"  ratio all / {other} on the {len(both)} schemas both compile: " + "  ".join(
                 f"{q}: {pct(a, v) / max(pct(b, v), 1e-9):.2f}x" for q, v in (("median", .5), ("p90", .9),
                                                                               ("p99", .99))))
 

@@ -57,7 +57,6 @@ from .regex import (
 )
 from .report import UnenforcedKeyword
 
-
 MAX_CONJUNCTIONS = 5000
 """Most conjunctions (a schema with the alternatives chosen around it: one rule body each) built for one schema;
 past it, ``SchemaError`` names the limit (the combinations of nested anyOf/oneOf/if multiply)."""

@@ -13,7 +13,6 @@ from .enforce_base import (
     _negatable,
 )
 
-
 MAX_ORDERED_STATES = 4000
 """Most rules for unique items over a listed domain in the listing's order (values times count positions)."""
 

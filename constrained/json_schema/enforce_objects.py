@@ -19,7 +19,6 @@ from .regex import (
     literal_dfa,
 )
 
-
 MAX_PATTERNS = 8
 """Most patternProperties patterns of one object enforced."""
 MAX_KEY_REGIONS = 64

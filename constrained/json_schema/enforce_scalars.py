@@ -19,13 +19,13 @@ from .regex import (
     DFA,
     Charset,
     Unsupported,
-    json_chars,
-    minimise,
     any_dfa,
     compile_pattern,
     complement,
     intersect,
+    json_chars,
     literal_dfa,
+    minimise,
     with_length,
 )
 
