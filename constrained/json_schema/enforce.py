@@ -9,13 +9,15 @@ per JSON type it admits:
 - strings: every ``pattern`` (ECMA-262, all regular features), ``format`` (``formats.py``), ``minLength`` and
   ``maxLength``, intersected as automata (``regex.py``);
 - arrays: ``prefixItems``/``items``/``additionalItems``, ``minItems``/``maxItems``, ``contains`` with
-  ``minContains`` (no ``maxContains``), ``uniqueItems`` over small finite item domains;
-- objects: ``properties``, ``required``, ``additionalProperties``, ``patternProperties`` (up to 3 patterns, split
+  ``minContains`` (no ``maxContains``), ``uniqueItems`` over listed item values (up to 5: any order; more: the
+  listing's order);
+- objects: ``properties``, ``required``, ``additionalProperties``, ``patternProperties`` (up to 8 patterns, split
   into disjoint key languages), ``propertyNames``, ``minProperties``/``maxProperties``, ``dependentRequired``
   (up to 4 keys); declared properties in llama.cpp's order (required first, then optional, each in definition order),
   other keys after them in any order;
 - ``const``/``enum``: the listed values that validate against the whole conjunction (jsonschema), as literals;
-- ``anyOf``, and ``oneOf`` where its branches are disjoint; ``not`` of types or of string values.
+- ``anyOf``, and ``oneOf`` where its branches are disjoint (or made so: structural branches with the others'
+  negations); ``not`` of types, values and structural conditions (required keys, properties with types/values).
 
 What is not enforced is reported (``UnenforcedKeyword``), with the path and the reason.
 
@@ -28,7 +30,7 @@ Example:
     >>> gbnf, report = convert_enforced({"type": "string", "pattern": "^\\\\d{5}$"})
     >>> report
     ()
-    >>> gbnf, report = convert_enforced({"type": "number", "minimum": 0.5, "not": {"required": ["a"]}})
+    >>> gbnf, report = convert_enforced({"type": "number", "minimum": 0.5, "not": {"multipleOf": 2}})
     >>> [(k.path, k.keyword) for k in report]
     [('#', 'not')]
 """
