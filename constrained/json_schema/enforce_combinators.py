@@ -95,7 +95,7 @@ class CombinatorMixin:
         groups = list(groups)
         for gi, (alts, kw, p) in enumerate(groups):
             if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
-                excl = self.exclusive_branches(alts)
+                excl = self.exclusive_branches(alts, types)
                 if excl is not None:
                     groups[gi] = (excl, kw, p)  # each branch with the negations of the others
                     continue
@@ -110,23 +110,35 @@ class CombinatorMixin:
                 out.append(r)
         return " | ".join(out) if out else None
 
-    def exclusive_branches(self, alts: list[Sub]) -> list[Sub] | None:
-        """oneOf branches made disjoint: branch i and the negation of every other branch, when every branch is a
-        structural condition (``not_groups``); None otherwise."""
-        negs = [self.not_groups(a) for a, _p in alts]
-        if any(n is None for n in negs):
-            return None
+    def exclusive_branches(self, alts: list[Sub], types: frozenset[str] = frozenset(TYPES)) -> list[Sub] | None:
+        """oneOf branches made disjoint: branch i holds, besides its own schema, the negation of every branch j it
+        may overlap with: ``not_groups`` for a structural branch j; otherwise, for an object branch i (or an untyped
+        one, then limited to objects: a subset, sound) and a branch j with required keys, "one of j's required keys
+        is missing" (stronger than not-j: a subset again). None when some pair has neither."""
+        ms = [self.merge([a]) for a in alts]
+        plans: list[list[Any] | None] = []
+        for i in range(len(alts)):
+            extra: list[Any] = []
+            for j in range(len(alts)):
+                if j == i or self.disjoint([alts[i], alts[j]], types):
+                    continue
+                groups = self.not_groups(alts[j][0])
+                if groups is not None:
+                    if any(not g for g in groups):
+                        extra = None  # branch j holds for every value: branch i is never the only one
+                        break
+                    extra += [{"anyOf": g} for g in groups]
+                elif (ms[i].types is None or ms[i].types <= {"object"}) and ms[j].required:
+                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in ms[j].required]}]
+                else:
+                    return None
+            plans.append(extra)
 
         def build() -> list[Sub]:
-            out: list[Sub] = []
-            for i, (a, p) in enumerate(alts):
-                others = [g for j, gs in enumerate(negs) if j != i for g in gs]
-                if any(not g for g in others):
-                    continue  # another branch holds for every value: this one can never be the only one
-                out.append(({"allOf": [a] + [{"anyOf": g} for g in others]}, p))
-            return out
+            return [({"allOf": [a, *extra]}, p) for (a, p), extra in zip(alts, plans, strict=True)
+                    if extra is not None]
 
-        made = self.made(("oneOf-exclusive", *(id(a) for a, _p in alts)), build)
+        made = self.made(("oneOf-exclusive", types, *(id(a) for a, _p in alts)), build)
         return made if made else None
 
     def strip_alternatives(self, s: Any) -> Any:

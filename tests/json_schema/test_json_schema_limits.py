@@ -159,6 +159,15 @@ ONEOF_CASES = [
     {"properties": _P, "oneOf": [{"required": ["a"]}, {"properties": {"a": {"type": "integer"}}}]},
     {"oneOf": [_CLOSED_A, _OPEN_B]},  # b is forbidden by the closed branch: disjoint
     {"oneOf": [{"type": "object", "properties": {"a": False}}, {"type": "object", "required": ["a"]}]},
+    # SchemaStore's Kustomization patches: untyped closed objects with different required keys, both declared
+    {"type": "array", "items": {"oneOf": [
+        {"required": ["path"], "properties": {"path": {"type": "string"}, "patch": {"type": "string"}},
+         "additionalProperties": False},
+        {"required": ["patch"], "properties": {"path": {"type": "string"}, "patch": {"type": "string"}},
+         "additionalProperties": False}]}},
+    {"oneOf": [{"type": "object", "required": ["a", "b"], "properties": {"a": {"minLength": 2}}},
+               {"type": "object", "required": ["b"], "properties": {"b": {"type": "integer"}}},
+               {"type": "object", "required": ["c"]}]},
 ]
 
 
