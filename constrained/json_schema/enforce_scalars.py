@@ -167,14 +167,16 @@ class ScalarMixin:
         if m.min_len or m.max_len is not None:
             rep = uniform_repeat(d)
             if rep is not None:
-                # cs{k,} within the length bounds: a repetition, not a counter automaton (maxLength 10,000 would
+                # c1 .. ck cs{lo,hi} within the length bounds: a repetition, not a counter automaton (maxLength 10,000 would
                 # be 10,000 rules of text)
-                cs, k = rep
-                lo, hi = max(k, m.min_len), m.max_len
+                prefix, cs = rep
+                k = len(prefix)
+                lo, hi = max(k, m.min_len) - k, None if m.max_len is None else m.max_len - k
                 if hi is not None and hi < lo:
                     return None
                 char = self.add(f"{name}-char", json_chars(cs))
-                return f'"\\"" {char}{{{lo},{"" if hi is None else hi}}} "\\""'
+                head = "".join(f"{json_chars(c)} " for c in prefix)
+                return f'"\\"" {head}{char}{{{lo},{"" if hi is None else hi}}} "\\""'
             try:
                 d = with_length(d, m.min_len, m.max_len)
             except Unsupported as e:
@@ -184,20 +186,23 @@ class ScalarMixin:
         return f'"\\"" {self.emit(d, f"{name}-str")} "\\""'
 
 
-def uniform_repeat(d: DFA) -> tuple[Charset, int] | None:
-    """``(cs, k)`` when ``d``'s strings are exactly ``cs{k,}`` (k characters of one set, then any more of it)."""
+def uniform_repeat(d: DFA) -> tuple[list[Charset], Charset] | None:
+    """``(prefix, cs)`` when ``d``'s strings are exactly one character of each set of ``prefix``, then any number of
+    ``cs`` (``^ab+$``: [a], [b] then [b]*).
+    """
     d = minimise(d)
+    prefix: list[Charset] = []
     k = 0
-    cs: Charset | None = None
     while True:
         es = d.edges[k]
-        if len(es) != 1 or (cs is not None and es[0][0] != cs):
+        if len(es) != 1:
             return None
         cs, t = es[0]
         if t == k:
-            return (cs, k) if d.accepting[k] and len(d.edges) == k + 1 else None
+            return (prefix, cs) if d.accepting[k] and len(d.edges) == k + 1 else None
         if d.accepting[k] or t != k + 1:
             return None
+        prefix.append(cs)
         k += 1
 
 
