@@ -124,11 +124,9 @@ class ArrayMixin:
             im = self.merge(item_subs(0))
             if im.values is not None and not im.anyofs:
                 dom = []
-                for v in im.values:
+                for v in self.kept_values(im, set(TYPES), path):
                     if not any(_json_equal(v, w) for w in dom):
                         dom.append(v)
-                r = self.gen_values(im, set(TYPES), path)
-                dom = [v for v in dom if _literal(v) in (r or "")]
             elif im.types is not None and im.types <= {"boolean", "null"} and not im.nots and not im.anyofs:
                 dom = ([True, False] if "boolean" in im.types else []) + ([None] if "null" in im.types else [])
         hi_all = len(dom) if dom is not None and max_items is None else None if dom is None else min(max_items,

@@ -113,7 +113,7 @@ class CombinatorMixin:
     def exclusive_branches(self, alts: list[Sub], types: frozenset[str] = frozenset(TYPES)) -> list[Sub] | None:
         """oneOf branches made disjoint: branch i holds, besides its own schema, the negation of every branch j it
         may overlap with: ``not_groups`` for a structural branch j; otherwise, for an object branch i (or an untyped
-        one, then limited to objects: a subset, sound) and a branch j with required keys, "one of j's required keys
+        one, then limited to objects: a subset, sound) and a branch j requiring keys that i does not, "one of those keys
         is missing" (stronger than not-j: a subset again). None when some pair has neither."""
         ms = [self.merge([a]) for a in alts]
         plans: list[list[Any] | None] = []
@@ -128,8 +128,10 @@ class CombinatorMixin:
                         extra = None  # branch j holds for every value: branch i is never the only one
                         break
                     extra += [{"anyOf": g} for g in groups]
-                elif (ms[i].types is None or ms[i].types <= {"object"}) and ms[j].required:
-                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in ms[j].required]}]
+                elif (ms[i].types is None or ms[i].types <= {"object"}) and (
+                        own := [k for k in ms[j].required if k not in ms[i].required]):
+                    # only keys branch i does not require itself (else the negation would empty branch i)
+                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in own]}]
                 else:
                     return None
             plans.append(extra)
@@ -225,13 +227,11 @@ class CombinatorMixin:
                 self._validator = False
         return self._validator
 
-    def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
+    def kept_values(self, m: _Merged, allowed: set[str], path: str) -> list[Any]:
+        """The listed values of ``m`` that are of the ``allowed`` types and satisfy the whole conjunction."""
         v = self.validator()
-        lits = []
+        kept = []
         checks = None
-        # every spelling of a number (1, 1.0, 1e0) is an automaton per value: past 32 values, the canonical one only
-        # (fewer texts, the same values; keeps {"enum": list(range(5000))} in milliseconds)
-        canonical = len(m.values or []) > 32
         for val in m.values or []:
             t = _type_of(val)
             if t not in allowed and not (t == "integer" and "number" in allowed and not m.non_integer):
@@ -256,6 +256,16 @@ class CombinatorMixin:
                     continue
                 if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
                     continue
+            kept.append(val)
+        return kept
+
+    def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
+        lits = []
+        # every spelling of a number (1, 1.0, 1e0) is an automaton per value: past 32 values, the canonical one only
+        # (fewer texts, the same values; keeps {"enum": list(range(5000))} in milliseconds)
+        canonical = len(m.values or []) > 32
+        for val in self.kept_values(m, allowed, path):
+            t = _type_of(val)
             strict = self.strict_integer and t == "integer" and isinstance(val, int) and (
                 m.types is not None and "number" not in m.types)
             lits.append(_literal(val) if strict or (canonical and isinstance(val, (int, float))) else

@@ -167,8 +167,8 @@ class ScalarMixin:
         if m.min_len or m.max_len is not None:
             rep = uniform_repeat(d)
             if rep is not None:
-                # c1 .. ck cs{lo,hi} within the length bounds: a repetition, not a counter automaton (maxLength 10,000 would
-                # be 10,000 rules of text)
+                # c1 .. ck cs{lo,hi} within the length bounds: a repetition, not a counter automaton (maxLength 10,000
+                # would be 10,000 rules of text)
                 prefix, cs = rep
                 k = len(prefix)
                 lo, hi = max(k, m.min_len) - k, None if m.max_len is None else m.max_len - k

@@ -177,6 +177,8 @@ def test_oneof_made_exclusive_or_proved_disjoint(uri: str | None, case: int) -> 
     """oneOf whose branches overlap but are structural conditions: each branch with the others' negations; or
     branches disjoint because one requires a key the other forbids. Every document matches exactly one branch."""
     schema = dict(ONEOF_CASES[case])
+    if uri == D4 and case == 5:  # {"a": false}: boolean subschemas
+        pytest.skip("boolean subschemas are not draft 4")
     if uri:
         schema["$schema"] = uri
     conv = convert_json_schema(schema, enforce="all")
@@ -186,9 +188,13 @@ def test_oneof_made_exclusive_or_proved_disjoint(uri: str | None, case: int) -> 
 
 
 def test_overlapping_object_oneof_still_reported() -> None:
+    """One branch inside the other, both requiring the same key: no negation keeps a value, so reported (the
+    schema is satisfiable: objects with b and another key)."""
     s = {"oneOf": [{"type": "object", "properties": {"b": {"type": "string"}}, "required": ["b"],
                     "additionalProperties": False}, _OPEN_B]}
-    assert [k.keyword for k in convert_json_schema(s, enforce="all").unenforced] == ["oneOf"]
+    conv = convert_json_schema(s, enforce="all")
+    assert [k.keyword for k in conv.unenforced] == ["oneOf"]
+    assert check_sound(s, "all", 30).misses == []
 
 
 @pytest.mark.parametrize("uri", [D4, D7, D2020, None])
@@ -203,40 +209,6 @@ def test_if_on_an_anyof_of_structural_conditions(uri: str | None) -> None:
     assert conv.unenforced == ()
     out = check_sound(schema, "all", 50)
     assert out.misses == [] and out.checked == 50
-
-
-def _rfc_hostname(h: str) -> bool:
-    import re
-
-    labels = h.split(".")
-    return len(h) <= 253 and all(
-        1 <= len(x) <= 63 and re.fullmatch(r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?", x) and x[2:4] != "--"
-        for x in labels) and not labels[-1].isdigit()
-
-
-@pytest.mark.parametrize("uri", [D4, D7, D2020, None])
-def test_hostname_and_email_hold_the_length_rules(uri: str | None) -> None:
-    """hostname and email are enforced whole now (no report): every drawn name holds RFC 1123's label rules, the
-    253 total, RFC 5891's no "--" at positions 3-4; every address RFC 5321's 64 / 254 lengths."""
-    import json
-
-    from oracle.cases.json_schema_corpus import documents
-
-    for fmt in ("hostname", "email"):
-        schema = {"type": "array", "items": {"type": "string", "format": fmt}, "minItems": 3}
-        if uri:
-            schema["$schema"] = uri
-        conv = convert_json_schema(schema, enforce="all")
-        assert conv.unenforced == ()
-        assert check_sound(schema, "all", 20).misses == []
-        for doc in documents(conv.gbnf, 40, 7):
-            for s in json.loads(doc):
-                if fmt == "hostname":
-                    assert _rfc_hostname(s), s
-                else:
-                    local, _, host = s.rpartition("@")
-                    assert len(s) <= 254 and 1 <= len(local) <= 64, s
-                    assert host.startswith("[") or _rfc_hostname(host), s
 
 
 _PP = {"^a": {"type": "integer"}, "^b": {"type": "string"}, "^c": {"type": "boolean"}, "^d": {"type": "null"},
