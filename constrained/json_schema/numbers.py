@@ -226,9 +226,11 @@ def _build_number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fr
         ihi = int(DECIMAL_CAP)
     if ilo is not None and ilo < -DECIMAL_CAP:
         ilo = -int(DECIMAL_CAP)
+    if (ilo is not None and ilo > DECIMAL_CAP) or (ihi is not None and ihi < -DECIMAL_CAP):
+        # every allowed number lies past the cap: nothing to clamp to (reported, not refused)
+        raise Unsupported("a lower bound above 1e40 (or an upper bound below -1e40) is not enforced")
     out = []
-    if (ilo is None or ilo <= DECIMAL_CAP) and (ihi is None or ihi >= -DECIMAL_CAP) and (
-            ilo is None or ihi is None or ilo <= ihi):
+    if ilo is None or ihi is None or ilo <= ihi:
         a, b = _signed(None if ilo is None else Fraction(ilo), None if ihi is None else Fraction(ihi),
                        lambda x: _int_ge(int(x)), lambda x: _int_le(int(x)), _MAG)
         d = intersect(compile_pattern(a), compile_pattern(b))
@@ -245,8 +247,7 @@ def _build_number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fr
             fhi = DECIMAL_CAP
         if flo is not None and flo < -DECIMAL_CAP:
             flo = -DECIMAL_CAP
-        huge = (flo is not None and flo > DECIMAL_CAP) or (fhi is not None and fhi < -DECIMAL_CAP)
-        if not huge and (flo is None or fhi is None or flo <= fhi):
+        if flo is None or fhi is None or flo <= fhi:
             a, b = _signed(flo, fhi, _dec_ge, _dec_le, f"{_MAG}\\.[0-9]+")
             out.append(intersect(compile_pattern(a), compile_pattern(b)))
     return out
