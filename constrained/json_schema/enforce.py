@@ -59,10 +59,10 @@ from .regex import (
 )
 from .report import UnenforcedKeyword
 
-MAX_CONJUNCTIONS = 5000
+MAX_CONJUNCTIONS = 4500
 """Most conjunctions (a schema with the alternatives chosen around it: one rule body each) built for one schema;
 past it, ``SchemaError`` names the limit (the combinations of nested anyOf/oneOf/if multiply)."""
-MAX_RULES = 20000
+MAX_RULES = 16000
 """Most grammar rules built for one schema; past it, ``SchemaError`` names the limit."""
 MAX_NAME = 48
 """Longest rule name built from the nesting (longer ones keep their head and tail)."""
