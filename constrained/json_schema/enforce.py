@@ -9,13 +9,15 @@ per JSON type it admits:
 - strings: every ``pattern`` (ECMA-262, all regular features), ``format`` (``formats.py``), ``minLength`` and
   ``maxLength``, intersected as automata (``regex.py``);
 - arrays: ``prefixItems``/``items``/``additionalItems``, ``minItems``/``maxItems``, ``contains`` with
-  ``minContains`` (no ``maxContains``), ``uniqueItems`` over small finite item domains;
-- objects: ``properties``, ``required``, ``additionalProperties``, ``patternProperties`` (up to 3 patterns, split
+  ``minContains`` (no ``maxContains``), ``uniqueItems`` over listed item values (up to 5: any order; more: the
+  listing's order);
+- objects: ``properties``, ``required``, ``additionalProperties``, ``patternProperties`` (up to 8 patterns, split
   into disjoint key languages), ``propertyNames``, ``minProperties``/``maxProperties``, ``dependentRequired``
   (up to 4 keys); declared properties in llama.cpp's order (required first, then optional, each in definition order),
   other keys after them in any order;
 - ``const``/``enum``: the listed values that validate against the whole conjunction (jsonschema), as literals;
-- ``anyOf``, and ``oneOf`` where its branches are disjoint; ``not`` of types or of string values.
+- ``anyOf``, and ``oneOf`` where its branches are disjoint (or made so: structural branches with the others'
+  negations); ``not`` of types, values and structural conditions (required keys, properties with types/values).
 
 What is not enforced is reported (``UnenforcedKeyword``), with the path and the reason.
 
@@ -28,7 +30,7 @@ Example:
     >>> gbnf, report = convert_enforced({"type": "string", "pattern": "^\\\\d{5}$"})
     >>> report
     ()
-    >>> gbnf, report = convert_enforced({"type": "number", "minimum": 0.5, "not": {"required": ["a"]}})
+    >>> gbnf, report = convert_enforced({"type": "number", "minimum": 0.5, "not": {"multipleOf": 2}})
     >>> [(k.path, k.keyword) for k in report]
     [('#', 'not')]
 """
@@ -57,6 +59,14 @@ from .regex import (
 )
 from .report import UnenforcedKeyword
 
+MAX_CONJUNCTIONS = 4500
+"""Most conjunctions (a schema with the alternatives chosen around it: one rule body each) built for one schema;
+past it, ``SchemaError`` names the limit (the combinations of nested anyOf/oneOf/if multiply)."""
+MAX_RULES = 16000
+"""Most grammar rules built for one schema; past it, ``SchemaError`` names the limit."""
+MAX_NAME = 48
+"""Longest rule name built from the nesting (longer ones keep their head and tail)."""
+
 
 class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixin):
     """One conversion: the rules built so far, the report, and the generators of the mixins."""
@@ -73,9 +83,20 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         self.report: dict[tuple[str, str], UnenforcedKeyword] = {}
         self.memo: dict[tuple, str] = {}
         self.dfa_rules: dict[tuple, str] = {}
+        self._emitted: dict[int, tuple[DFA, str]] = {}
         # up to draft 7, "$ref" replaces its siblings; from 2019-09 on they apply beside it
         self.ref_alone = ref_overrides_siblings(self.dialect)
         self._validator: Any = None
+        self.conjunctions = 0  # rule bodies built (MAX_CONJUNCTIONS)
+
+    def over_limit(self, path: str) -> None:
+        """``SchemaError`` for a schema past :data:`MAX_CONJUNCTIONS` or :data:`MAX_RULES` (named, with the path
+        being converted when it was reached): never seconds of silent work."""
+        what = (f"more than {MAX_CONJUNCTIONS} conjunctions (MAX_CONJUNCTIONS: combinations of the anyOf/oneOf/if "
+                f"alternatives around each subschema)" if self.conjunctions > MAX_CONJUNCTIONS else
+                f"more than {MAX_RULES} grammar rules (MAX_RULES)")
+        raise SchemaError(f"JSON schema error at {path}: enforce='all' would need {what} for this schema; "
+                          "enforce='llama.cpp' converts it (with its report of what is not enforced)", path=path)
 
     def unenforced(self, path: str, keyword: str, reason: str) -> None:
         self.report.setdefault((path, keyword), UnenforcedKeyword(path, keyword, reason))
@@ -113,9 +134,13 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
 
     def emit(self, d: DFA, name: str) -> str:
         """The start rule of an automaton's rules (equal automata share their rules)."""
+        seen = self._emitted.get(id(d))
+        if seen is not None and seen[0] is d:
+            return seen[1]  # this very automaton (a cached key language...): no signature to compute
         sig = signature(d)  # before minimising: equal inputs, equal rules
         if sig not in self.dfa_rules:
             self.dfa_rules[sig] = emit(d, name, self.reserve, self.rules.__setitem__)
+        self._emitted[id(d)] = (d, self.dfa_rules[sig])  # d kept alive with its id
         return self.dfa_rules[sig]
 
     def primitive(self, name: str) -> str:
@@ -134,8 +159,15 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         key = (tuple(id(s) for s, _p in subs), types)
         if key in self.memo:
             return self.memo[key] or None
+        if len(name) > MAX_NAME:
+            # names grow with the nesting (root-a-b-c...): past MAX_NAME, the head and the tail (names are only
+            # labels; a long one made each reference to a rule cost its whole path, megabytes of text)
+            name = f"{name[:MAX_NAME // 2 - 1]}--{name[-(MAX_NAME // 2 - 1):]}"
         rule = self.reserve(name)
         self.memo[key] = rule
+        self.conjunctions += 1
+        if self.conjunctions > MAX_CONJUNCTIONS or len(self.rules) > MAX_RULES:
+            self.over_limit(subs[0][1])
         body = self.gen_body(subs, name, types)
         if body is None:
             del self.rules[rule]

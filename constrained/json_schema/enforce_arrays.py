@@ -13,6 +13,9 @@ from .enforce_base import (
     _negatable,
 )
 
+MAX_ORDERED_STATES = 4000
+"""Most rules for unique items over a listed domain in the listing's order (values times count positions)."""
+
 
 class ArrayMixin:
     def gen_array(self, m: _Merged, name: str) -> str | None:
@@ -121,17 +124,20 @@ class ArrayMixin:
             im = self.merge(item_subs(0))
             if im.values is not None and not im.anyofs:
                 dom = []
-                for v in im.values:
+                for v in self.kept_values(im, set(TYPES), path):
                     if not any(_json_equal(v, w) for w in dom):
                         dom.append(v)
-                r = self.gen_values(im, set(TYPES), path)
-                dom = [v for v in dom if _literal(v) in (r or "")]
             elif im.types is not None and im.types <= {"boolean", "null"} and not im.nots and not im.anyofs:
                 dom = ([True, False] if "boolean" in im.types else []) + ([None] if "null" in im.types else [])
-        if dom is None or len(dom) > 5:
-            self.unenforced(path, "uniqueItems", "enforced only for arrays of at most 5 possible item values")
+        hi_all = len(dom) if dom is not None and max_items is None else None if dom is None else min(max_items,
+                                                                                                     len(dom))
+        if dom is None or (len(dom) > 5 and len(dom) * (hi_all + 1) > MAX_ORDERED_STATES):
+            self.unenforced(path, "uniqueItems", "enforced only for arrays whose items have a finite list of "
+                                                 f"possible values (at most {MAX_ORDERED_STATES} positions)")
             m.unique = False
             return self.gen_array(m, name)
+        if len(dom) > 5:
+            return self.gen_ordered_unique(dom, name, m.min_items, hi_all)
         seqs = []
         hi = len(dom) if max_items is None else min(max_items, len(dom))
         for k in range(m.min_items, hi + 1):
@@ -139,3 +145,51 @@ class ArrayMixin:
                 seqs.append('"[" space ' + ' "," space '.join(_literal(v) for v in perm) + (" " if perm else "")
                             + 'space "]"')
         return " | ".join(f"( {s} )" for s in seqs) if seqs else None
+
+    def gen_ordered_unique(self, dom: list, name: str, lo: int, hi: int) -> str | None:
+        """Arrays of distinct values of ``dom`` (more than 5: too many orders to list) as the subsequences of the
+        schema's own listing: items appear in the order the schema lists them, each at most once, lo..hi of them.
+        A subset of the arrays ``uniqueItems`` allows (as declared properties come in one order): sound, and linear
+        in len(dom) * (hi + 1) rules. ``E(i, c)``: the next item has index >= i, c items so far."""
+        n = len(dom)
+        if lo > hi:
+            return None
+        lits = [_literal(v) for v in dom]
+        memo: dict[tuple[int, int], str | None] = {}
+
+        def cap(c: int) -> int:
+            return c if hi < n else min(c, lo)  # without an upper bound below n, counts past lo are all alike
+
+        def elem(i: int, c: int) -> str | None:
+            key = (i, cap(c))
+            if key in memo:
+                return memo[key]
+            memo[key] = None
+            if i >= n or c >= hi or n - i < lo - c:
+                return None
+            rule = self.reserve(f"{name}-u{i}-{key[1]}")
+            memo[key] = rule
+            alts = []
+            after = []
+            if c + 1 >= lo:
+                after.append('""')
+            nxt = elem(i + 1, c + 1)
+            if nxt is not None:
+                after.append(f'"," space {nxt}')
+            if after:
+                alts.append(f"{lits[i]} ( {' | '.join(after)} )" if len(after) > 1 else f"{lits[i]} {after[0]}")
+            skip = elem(i + 1, c)
+            if skip is not None:
+                alts.append(skip)
+            if not alts:
+                del self.rules[rule]
+                memo[key] = None
+                return None
+            self.rules[rule] = " | ".join(f"( {a} )" for a in alts)
+            return rule
+
+        first = elem(0, 0)
+        if first is None:
+            return '"[" space "]"' if lo == 0 else None
+        body = f"( {first} )?" if lo == 0 else first
+        return f'"[" space {body} space "]"'

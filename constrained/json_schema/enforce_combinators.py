@@ -24,6 +24,7 @@ from .regex import (
 #: enums with more values than this spell each number one way only (the alternative spellings' automata made a
 #: 5,000-value enum take minutes)
 MAX_SPELLED_VALUES = 64
+_VALUE_FREE = frozenset(("const", "enum", "allOf", "$ref"))
 
 
 class CombinatorMixin:
@@ -53,8 +54,28 @@ class CombinatorMixin:
                 m.excluded += [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
                 m.excluded_bools |= {v for v in vals if isinstance(v, bool)}
                 return allowed - ({"null"} if None in vals else set())
-        self.unenforced(path.rsplit("/", 1)[0], "not", "not is enforced only for types and values")
+        groups = self.not_groups(sch)
+        if groups is not None:
+            # not of a structural condition (required keys, properties with types/values), or of an anyOf of them:
+            # for each condition, one of its negations (a missing key, a property failing its schema)
+            for k, negs in enumerate(groups):
+                alts = self.made(("not", id(sch), k), lambda negs=negs: [(n, path) for n in negs])
+                m.anyofs.append((alts, "not", path.rsplit("/", 1)[0]))
+            return allowed
+        self.unenforced(path.rsplit("/", 1)[0], "not", "not is enforced only for types, values and structural "
+                                                       "conditions (required keys, properties with types/values)")
         return allowed
+
+    def not_groups(self, sch: Any) -> list[list] | None:
+        """``not sch`` as a conjunction of alternatives lists, for a structural ``sch`` (or an anyOf of them)."""
+        if not isinstance(sch, dict):
+            return None
+        keys = set(sch) - ANNOTATIONS
+        if keys == {"anyOf"} and isinstance(sch["anyOf"], list) and sch["anyOf"]:
+            parts = [self.structural_negation(c) if isinstance(c, dict) else None for c in sch["anyOf"]]
+            return None if any(p is None for p in parts) else parts
+        negs = self.structural_negation(sch)
+        return None if negs is None else [negs]
 
     def gen_alternatives(self, m: _Merged, subs: list[Sub], name: str, types: frozenset[str]) -> str | None:
         groups = m.anyofs
@@ -71,8 +92,13 @@ class CombinatorMixin:
                 else:
                     self.unenforced(g[2], g[1], f"more than {MAX_BRANCHES} combinations of alternatives")
             groups = kept
-        for alts, kw, p in groups:
+        groups = list(groups)
+        for gi, (alts, kw, p) in enumerate(groups):
             if kw == "oneOf" and len(alts) > 1 and not self.disjoint(alts, types):
+                excl = self.exclusive_branches(alts, types)
+                if excl is not None:
+                    groups[gi] = (excl, kw, p)  # each branch with the negations of the others
+                    continue
                 self.unenforced(p, "oneOf", "the alternatives may overlap: 'exactly one' is not enforced")
         base = [(self.strip_alternatives(s), p) for s, p in self.flatten(subs)]
         out = []
@@ -84,13 +110,50 @@ class CombinatorMixin:
                 out.append(r)
         return " | ".join(out) if out else None
 
+    def exclusive_branches(self, alts: list[Sub], types: frozenset[str] = frozenset(TYPES)) -> list[Sub] | None:
+        """oneOf branches made disjoint: branch i holds, besides its own schema, the negation of every branch j it
+        may overlap with: ``not_groups`` for a structural branch j; otherwise, for an object branch i (or an untyped
+        one, then limited to objects: a subset, sound) and a branch j requiring keys that i does not, "one of those keys
+        is missing" (stronger than not-j: a subset again). None when some pair has neither."""
+        ms = [self.merge([a]) for a in alts]
+        plans: list[list[Any] | None] = []
+        for i in range(len(alts)):
+            extra: list[Any] = []
+            for j in range(len(alts)):
+                if j == i or self.disjoint([alts[i], alts[j]], types):
+                    continue
+                groups = self.not_groups(alts[j][0])
+                if groups is not None:
+                    if any(not g for g in groups):
+                        extra = None  # branch j holds for every value: branch i is never the only one
+                        break
+                    extra += [{"anyOf": g} for g in groups]
+                elif (ms[i].types is None or ms[i].types <= {"object"}) and (
+                        own := [k for k in ms[j].required if k not in ms[i].required]):
+                    # only keys branch i does not require itself (else the negation would empty branch i)
+                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in own]}]
+                else:
+                    return None
+            plans.append(extra)
+
+        def build() -> list[Sub]:
+            return [({"allOf": [a, *extra]}, p) for (a, p), extra in zip(alts, plans, strict=True)
+                    if extra is not None]
+
+        made = self.made(("oneOf-exclusive", types, *(id(a) for a, _p in alts)), build)
+        return made if made else None
+
     def strip_alternatives(self, s: Any) -> Any:
-        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas")):
+        """``s`` without the keywords that became alternative groups (each branch holds its part)."""
+        if isinstance(s, dict) and any(k in s for k in ("anyOf", "oneOf", "if", "allOf", "$ref", "dependentSchemas",
+                                                        "not")):
             key = id(s)
             cache = self.__dict__.setdefault("_stripped", {})
             if key not in cache:
-                cache[key] = (s, {k: v for k, v in s.items() if k not in ("anyOf", "oneOf", "if", "then", "else",
-                                                                          "allOf", "$ref", "dependentSchemas")})
+                drop = {"anyOf", "oneOf", "if", "then", "else", "allOf", "$ref", "dependentSchemas"}
+                if "not" in s and self.not_groups(s["not"]) is not None:
+                    drop.add("not")  # a structural not: its negations are alternative groups
+                cache[key] = (s, {k: v for k, v in s.items() if k not in drop})
             return cache[key][1]
         return s
 
@@ -123,7 +186,23 @@ class CombinatorMixin:
                 return False
         return True
 
+    @staticmethod
+    def forbids(x: _Merged, key: str) -> bool:
+        """Whether no object of ``x`` has ``key``: a member whose properties give it ``false``, or that does not
+        declare it, has no patternProperties and has ``additionalProperties: false``."""
+        for mem in x.members:
+            if key in mem["props"]:
+                if mem["props"][key][0] is False:
+                    return True
+                continue
+            if not mem["patterns"] and mem["additional"] is not None and mem["additional"][0] is False:
+                return True
+        return False
+
     def discriminated(self, a: _Merged, b: _Merged) -> bool:
+        # a key one requires and the other forbids
+        if any(self.forbids(b, k) for k in a.required) or any(self.forbids(a, k) for k in b.required):
+            return True
         for k in set(a.required) & set(b.required):
             va = [self.merge([mem["props"][k]]).values for mem in a.members if k in mem["props"]]
             vb = [self.merge([mem["props"][k]]).values for mem in b.members if k in mem["props"]]
@@ -148,13 +227,11 @@ class CombinatorMixin:
                 self._validator = False
         return self._validator
 
-    def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
+    def kept_values(self, m: _Merged, allowed: set[str], path: str) -> list[Any]:
+        """The listed values of ``m`` that are of the ``allowed`` types and satisfy the whole conjunction."""
         v = self.validator()
-        lits = []
+        kept = []
         checks = None
-        # every spelling of a number (1, 1.0, 1e0) is an automaton per value: past 32 values, the canonical one only
-        # (fewer texts, the same values; keeps {"enum": list(range(5000))} in milliseconds)
-        canonical = len(m.values or []) > 32
         for val in m.values or []:
             t = _type_of(val)
             if t not in allowed and not (t == "integer" and "number" in allowed and not m.non_integer):
@@ -167,8 +244,10 @@ class CombinatorMixin:
                     if checks is None:
                         # without const/enum: the values are already their intersection (and checking each value
                         # against its own enum costs n^2)
-                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in ("const", "enum")}
-                                           if isinstance(s, dict) else s) for s, _p in m.subs]
+                        # each schema of the flattened conjunction without its allOf/$ref (their targets are in
+                        # the list): a $ref to an enum would check every value against every value again
+                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in _VALUE_FREE}
+                                           if isinstance(s, dict) else s) for s, _p in self.flatten(m.subs)]
                     ok = all(c.is_valid(val) for c in checks)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True
@@ -177,6 +256,16 @@ class CombinatorMixin:
                     continue
                 if isinstance(val, str) and not all(self.string_ok(val, pat) for pat in m.patterns + m.formats):
                     continue
+            kept.append(val)
+        return kept
+
+    def gen_values(self, m: _Merged, allowed: set[str], path: str) -> str | None:
+        lits = []
+        # every spelling of a number (1, 1.0, 1e0) is an automaton per value: past 32 values, the canonical one only
+        # (fewer texts, the same values; keeps {"enum": list(range(5000))} in milliseconds)
+        canonical = len(m.values or []) > 32
+        for val in self.kept_values(m, allowed, path):
+            t = _type_of(val)
             strict = self.strict_integer and t == "integer" and isinstance(val, int) and (
                 m.types is not None and "number" not in m.types)
             lits.append(_literal(val) if strict or (canonical and isinstance(val, (int, float))) else

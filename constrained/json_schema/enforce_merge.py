@@ -236,15 +236,16 @@ class MergeMixin:
                 ({"allOf": [{"not": cond}, s.get("else", True)]}, f"{p}/else")])
             m.anyofs.append((then, "if", p))
             return
-        negs = self.structural_negation(cond) if isinstance(cond, dict) else None
-        if negs is not None and ("then" in s or "else" in s):
-            # a condition on property presence / property values: (if and then) or (not if and else), where
-            # "not if" is an object missing a required key, or holding a property that fails its (negatable) schema
+        groups = self.not_groups(cond)
+        if groups is not None and ("then" in s or "else" in s):
+            # a condition on property presence / property values (or an anyOf of such): (if and then) or (not if
+            # and else), where "not if" is an object missing a required key, or holding a property that fails its
+            # (negatable) schema, for each condition of the anyOf
             def build() -> list:
                 yes = ({"allOf": [cond, s.get("then", True)]}, f"{p}/then")
-                if not negs:
-                    return [yes]
-                return [yes, ({"allOf": [{"anyOf": negs}, s.get("else", True)]}, f"{p}/else")]
+                if any(not g for g in groups):
+                    return [yes]  # the condition holds for every value
+                return [yes, ({"allOf": [{"anyOf": g} for g in groups] + [s.get("else", True)]}, f"{p}/else")]
             m.anyofs.append((self.made(("if-struct", id(s)), build), "if", p))
             return
         if "then" in s or "else" in s:

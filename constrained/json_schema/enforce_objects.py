@@ -19,6 +19,11 @@ from .regex import (
     literal_dfa,
 )
 
+MAX_PATTERNS = 8
+"""Most patternProperties patterns of one object enforced."""
+MAX_KEY_REGIONS = 64
+"""Most non-empty key languages (pattern regions) of one object."""
+
 
 class ObjectMixin:
     def key_dfa(self, m: _Merged) -> DFA | None:
@@ -51,9 +56,9 @@ class ObjectMixin:
             declared += [x for x in (k, *needs) if x not in declared]
         pattern_members = [mem for mem in m.members if mem["patterns"]]
         patterns: list[tuple[str, Any, str]] = [pt for mem in pattern_members for pt in mem["patterns"]]
-        if len(pattern_members) > 1 or len(patterns) > 3:
+        if len(pattern_members) > 1 or len(patterns) > MAX_PATTERNS:
             self.unenforced(path, "patternProperties", "more than one member with patternProperties, or more than "
-                                                       "3 patterns, is not enforced")
+                                                       f"{MAX_PATTERNS} patterns, is not enforced")
             patterns = []
         pat_dfas = []
         for pt, sch, pp in patterns:
@@ -91,24 +96,23 @@ class ObjectMixin:
             entries.append((k, r, req))
         # extra keys: one key language per pattern region
         extras = []
-        base = complement(literal_dfa(declared))
-        if keys_ok is not None:
+        if not pat_dfas and not self.gen(value_subs(None, ()) or [(True, path)], f"{name}-extra"):
+            base = None  # no undeclared key can have a value (additionalProperties false): no key language
+        else:
+            base = self.other_keys(declared)
+        if base is not None and keys_ok is not None:
             base = intersect(base, keys_ok)
-        if pat_dfas:
+        if base is None:
+            pass
+        elif pat_dfas:
             # undeclared keys only where both regex dialects agree on every pattern
             base = intersect(base, safe_strings(any(uses_class_escapes(pt) for pt, _s, _p in patterns)))
-        regions = [()] + [c for n in range(1, len(pat_dfas) + 1) for c in itertools.combinations(range(len(pat_dfas)),
-                                                                                                    n)]
-        for region in regions:
-            d = base
-            try:
-                for j, (pd, _s, _p) in enumerate(pat_dfas):
-                    d = intersect(d, pd if j in region else complement(pd))
-            except Unsupported as e:
-                self.unenforced(path, "patternProperties", str(e))
-                return self.gen_object_fallback(m, name)
-            if d.is_empty():
-                continue
+        try:
+            regions = self.key_regions(base, [pd for pd, _s, _p in pat_dfas]) if base is not None else []
+        except Unsupported as e:
+            self.unenforced(path, "patternProperties", str(e))
+            return self.gen_object_fallback(m, name)
+        for region, d in regions:
             vs = value_subs(None, region)
             r = self.gen(vs or [(True, path)], f"{name}-extra")
             if r is None:
@@ -139,6 +143,35 @@ class ObjectMixin:
         if not variants:
             return None
         return " | ".join(f"( {v} )" for v in variants) if len(variants) > 1 else variants[0]
+
+    @staticmethod
+    def key_regions(base: DFA, pats: list[DFA]) -> list[tuple[tuple[int, ...], DFA]]:
+        """The non-empty key languages ``base`` ∩ (each pattern in or out), with the patterns each one is in: a
+        depth-first split, one pattern at a time, pruned where a part is already empty (disjoint patterns: k + 1
+        regions, not 2^k)."""
+        out: list[tuple[tuple[int, ...], DFA]] = []
+
+        def split(j: int, d: DFA, region: tuple[int, ...]) -> None:
+            if d.is_empty():
+                return
+            if j == len(pats):
+                out.append((region, d))
+                if len(out) > MAX_KEY_REGIONS:
+                    raise Unsupported(f"the patterns split the keys into more than {MAX_KEY_REGIONS} regions")
+                return
+            split(j + 1, intersect(d, pats[j]), (*region, j))
+            split(j + 1, intersect(d, complement(pats[j])), region)
+
+        split(0, base, ())
+        return sorted(out, key=lambda r: (len(r[0]), r[0]))
+
+    def other_keys(self, declared: list[str]) -> DFA:
+        """The keys other than ``declared`` (one automaton per set of names: objects of one shape repeat)."""
+        cache = self.__dict__.setdefault("_other_keys", {})
+        key = frozenset(declared)
+        if key not in cache:
+            cache[key] = complement(literal_dfa(sorted(key)))
+        return cache[key]
 
     def gen_object_fallback(self, m: _Merged, name: str) -> str:
         return self.primitive("object")

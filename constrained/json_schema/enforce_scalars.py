@@ -17,12 +17,15 @@ from .formats import FORMATS, NOT_CHECKED, format_dfa
 from .numbers import number_dfas
 from .regex import (
     DFA,
+    Charset,
     Unsupported,
     any_dfa,
     compile_pattern,
     complement,
     intersect,
+    json_chars,
     literal_dfa,
+    minimise,
     with_length,
 )
 
@@ -108,7 +111,8 @@ class ScalarMixin:
         alts = [self.emit(d, f"{name}-num") for d in dfas if not d.is_empty()]
         return " | ".join(alts) if alts else None
 
-    def string_dfa(self, m: _Merged, path: str) -> DFA:
+    def string_dfa(self, m: _Merged, path: str, lengths: bool = True) -> DFA:
+        """The strings satisfying ``m``'s patterns, formats and (``lengths``) minLength/maxLength."""
         d: DFA | None = None
         for spec, p in m.patterns:
             try:
@@ -139,7 +143,7 @@ class ScalarMixin:
                 d = part if d is None else intersect(d, part)
             except Unsupported as e:
                 self.unenforced(p, "format", f"{fmt} with the other string constraints: {e}")
-        if m.min_len or m.max_len is not None:
+        if lengths and (m.min_len or m.max_len is not None):
             try:
                 d = with_length(d if d is not None else any_dfa(), m.min_len, m.max_len)
             except Unsupported as e:
@@ -157,10 +161,49 @@ class ScalarMixin:
                 # llama.cpp's char counts an escaped surrogate pair as two: only an upper bound stays sound
                 char = self.primitive("char")
                 return f'"\\"" {char}{{0,{m.max_len}}} "\\""'
-        d = self.string_dfa(m, path)
+        if m.max_len is not None and m.min_len > m.max_len:
+            return None
+        d = self.string_dfa(m, path, lengths=False)
+        if m.min_len or m.max_len is not None:
+            rep = uniform_repeat(d)
+            if rep is not None:
+                # c1 .. ck cs{lo,hi} within the length bounds: a repetition, not a counter automaton (maxLength 10,000
+                # would be 10,000 rules of text)
+                prefix, cs = rep
+                k = len(prefix)
+                lo, hi = max(k, m.min_len) - k, None if m.max_len is None else m.max_len - k
+                if hi is not None and hi < lo:
+                    return None
+                char = self.add(f"{name}-char", json_chars(cs))
+                head = "".join(f"{json_chars(c)} " for c in prefix)
+                return f'"\\"" {head}{char}{{{lo},{"" if hi is None else hi}}} "\\""'
+            try:
+                d = with_length(d, m.min_len, m.max_len)
+            except Unsupported as e:
+                self.unenforced(path, "maxLength" if m.max_len is not None else "minLength", str(e))
         if d.is_empty():
             return None
         return f'"\\"" {self.emit(d, f"{name}-str")} "\\""'
+
+
+def uniform_repeat(d: DFA) -> tuple[list[Charset], Charset] | None:
+    """``(prefix, cs)`` when ``d``'s strings are exactly one character of each set of ``prefix``, then any number of
+    ``cs`` (``^ab+$``: [a], [b] then [b]*).
+    """
+    d = minimise(d)
+    prefix: list[Charset] = []
+    k = 0
+    while True:
+        es = d.edges[k]
+        if len(es) != 1:
+            return None
+        cs, t = es[0]
+        if t == k:
+            return (prefix, cs) if d.accepting[k] and len(d.edges) == k + 1 else None
+        if d.accepting[k] or t != k + 1:
+            return None
+        prefix.append(cs)
+        k += 1
 
 
 def _invalid_regex(spec: str) -> bool:

@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -29,6 +30,9 @@ MAX_MODULUS = 1000
 """Largest integer ``multipleOf`` enforced (its automaton has that many states)."""
 
 _MAG = "(?:0|[1-9][0-9]*)"
+DECIMAL_CAP = Fraction(10) ** 40
+"""Number texts stay within +-DECIMAL_CAP when a bound lies past it (a subset of what the bound allows: sound; a
+bound of 300 digits would cost an alternative per digit)."""
 
 
 def _int_ge(n: int) -> str:
@@ -62,6 +66,21 @@ def _int_le(n: int) -> str:
         if dig - 1 >= low:
             alts.append(f"{d[:i]}[{low}-{dig - 1}][0-9]{{{k - i - 1}}}")
     return "(?:" + "|".join(alts) + ")"
+
+
+def _int_gt(n: int) -> str:
+    """Canonical digit strings of the integers > n (n >= 0): ``_int_ge(n + 1)`` without its carries (n + 1 of
+    1799...9 is 18 then 300 zeros, but n - 1 of 1800...0 would be 300 nines: each nine an alternative)."""
+    alts = _int_ge(n)[3:-1].split("|")
+    rest = [a for a in alts if a != str(n)] if n else ["[1-9][0-9]*"]
+    return "(?:" + "|".join(rest) + ")" if rest else "(?!)"
+
+
+def _int_lt(n: int) -> str:
+    """Canonical digit strings of the integers 0..n-1 (n >= 1), as ``_int_le(n - 1)`` without the borrow."""
+    alts = _int_le(n)[3:-1].split("|")
+    rest = [a for a in alts if a != str(n)]
+    return "(?:" + "|".join(rest) + ")"
 
 
 def _frac_ge(f: str) -> str:
@@ -103,16 +122,16 @@ def _dec_ge(x: Fraction) -> str:
     ip, f = _split(x)
     if not f:
         return f"{_int_ge(ip)}\\.[0-9]+"
-    return f"(?:{_int_ge(ip + 1)}\\.[0-9]+|{ip}\\.{_frac_ge(f)})"
+    return f"(?:{_int_gt(ip)}\\.[0-9]+|{ip}\\.{_frac_ge(f)})"
 
 
 def _dec_le(x: Fraction) -> str:
     """Magnitudes I.F (F non-empty) with value <= x >= 0."""
     ip, f = _split(x)
     if not f:
-        low = f"{_int_le(ip - 1)}\\.[0-9]+|" if ip > 0 else ""
+        low = f"{_int_lt(ip)}\\.[0-9]+|" if ip > 0 else ""
         return f"(?:{low}{ip}\\.0+)"
-    low = f"{_int_le(ip - 1)}\\.[0-9]+|" if ip > 0 else ""
+    low = f"{_int_lt(ip)}\\.[0-9]+|" if ip > 0 else ""
     return f"(?:{low}{ip}\\.{_frac_le(f)})"
 
 
@@ -171,6 +190,19 @@ def _mod_dfa(k: int) -> DFA:
 def number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction | None, hi_excl: bool,
                 multiple: Fraction | None) -> list[DFA]:
     """Automata whose union is the JSON number texts within the bounds (and multiples of ``multiple``)."""
+    return list(_number_dfas(integer, lo, lo_excl, hi, hi_excl, multiple))
+
+
+@functools.lru_cache(maxsize=1024)
+def _number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction | None, hi_excl: bool,
+                 multiple: Fraction | None) -> tuple[DFA, ...]:
+    """``number_dfas``, memoised: a schema repeats its bounds (``maximum: 1.79769e+308`` on every property), and a
+    bound of 300 digits costs a pattern of 300 alternatives."""
+    return tuple(_build_number_dfas(integer, lo, lo_excl, hi, hi_excl, multiple))
+
+
+def _build_number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction | None, hi_excl: bool,
+                       multiple: Fraction | None) -> list[DFA]:
     if multiple is not None:
         if multiple <= 0:
             raise Unsupported(f"multipleOf {float(multiple)!r} is not positive")
@@ -188,6 +220,15 @@ def number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction 
         return [compile_pattern(f"^-?{_MAG}{tail}$")]
     ilo = None if lo is None else (math.floor(lo) + 1 if lo_excl else math.ceil(lo))
     ihi = None if hi is None else (math.ceil(hi) - 1 if hi_excl else math.floor(hi))
+    # likewise integer texts within +-DECIMAL_CAP when a bound lies past it (the double 1.79769e308 read exactly
+    # is 309 digits, most of them non-zero: an alternative per digit)
+    if ihi is not None and ihi > DECIMAL_CAP:
+        ihi = int(DECIMAL_CAP)
+    if ilo is not None and ilo < -DECIMAL_CAP:
+        ilo = -int(DECIMAL_CAP)
+    if (ilo is not None and ilo > DECIMAL_CAP) or (ihi is not None and ihi < -DECIMAL_CAP):
+        # every allowed number lies past the cap: nothing to clamp to (reported, not refused)
+        raise Unsupported("a lower bound above 1e40 (or an upper bound below -1e40) is not enforced")
     out = []
     if ilo is None or ihi is None or ilo <= ihi:
         a, b = _signed(None if ilo is None else Fraction(ilo), None if ihi is None else Fraction(ihi),
@@ -199,6 +240,13 @@ def number_dfas(integer: bool, lo: Fraction | None, lo_excl: bool, hi: Fraction 
     if not integer and multiple is None:
         flo = None if lo is None else _double_bound(lo, True, lo_excl)
         fhi = None if hi is None else _double_bound(hi, False, hi_excl)
+        # a decimal bound past 1e40 (such as 1.79769e308, the largest double) is the double next to it, whose 300
+        # digits make 300 alternatives: fractions are kept within +-1e40 instead (fewer texts, never one out of
+        # bounds); integer texts keep the exact bound
+        if fhi is not None and fhi > DECIMAL_CAP:
+            fhi = DECIMAL_CAP
+        if flo is not None and flo < -DECIMAL_CAP:
+            flo = -DECIMAL_CAP
         if flo is None or fhi is None or flo <= fhi:
             a, b = _signed(flo, fhi, _dec_ge, _dec_le, f"{_MAG}\\.[0-9]+")
             out.append(intersect(compile_pattern(a), compile_pattern(b)))

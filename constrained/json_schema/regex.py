@@ -45,15 +45,28 @@ class Unsupported(Exception):
 # ---- character sets: sorted disjoint inclusive ranges ---------------------------------------------------------------
 
 def cs_norm(ranges: list[tuple[int, int]] | Charset) -> Charset:
+    """Sorted, merged, disjoint ranges within the scalar values (surrogates and past U+10FFFF cut out)."""
     out: list[list[int]] = []
     for lo, hi in sorted(ranges):
         if lo > hi:
             continue
         if out and lo <= out[-1][1] + 1:
-            out[-1][1] = max(out[-1][1], hi)
+            if hi > out[-1][1]:
+                out[-1][1] = hi
         else:
             out.append([lo, hi])
-    return cs_and(tuple((a, b) for a, b in out), UNIVERSE) if out else ()
+    res: list[tuple[int, int]] = []
+    for lo, hi in out:
+        if hi > MAX_UNICODE:
+            hi = MAX_UNICODE
+        if lo <= 0xDFFF and hi >= 0xD800:
+            if lo < 0xD800:
+                res.append((lo, 0xD7FF))
+            if hi > 0xDFFF:
+                res.append((0xE000, hi))
+        elif lo <= hi:
+            res.append((lo, hi))
+    return tuple(res)
 
 
 def _and(a: Charset, b: Charset) -> Charset:
@@ -92,24 +105,32 @@ def cs_chars(text: str) -> Charset:
     return cs_norm([(ord(c), ord(c)) for c in text])
 
 
-def _scan(pred: Callable[[str], bool]) -> Charset:
-    out: list[tuple[int, int]] = []
-    start = -1
-    for cp in range(MAX_UNICODE + 2):
-        inside = cp <= MAX_UNICODE and not 0xD800 <= cp <= 0xDFFF and pred(chr(cp))
-        if inside and start < 0:
-            start = cp
-        elif not inside and start >= 0:
-            out.append((start, cp - 1))
-            start = -1
-    return tuple(out)
+@functools.cache
+def _all_scalars() -> str:
+    """Every Unicode scalar value once, in order (surrogates left out)."""
+    return "".join(map(chr, range(0xD800))) + "".join(map(chr, range(0xE000, MAX_UNICODE + 1)))
 
 
 @functools.cache
 def unicode_class(name: str) -> Charset:
-    """Python ``re``'s Unicode classes (``\\w``: alphanumeric or ``_``; ``\\d``: decimal; ``\\s``: space)."""
-    pred = {"w": lambda c: c.isalnum() or c == "_", "d": str.isdecimal, "s": str.isspace}[name]
-    return _scan(pred)
+    """Python ``re``'s Unicode classes (``\\w``: alphanumeric or ``_``; ``\\d``: decimal; ``\\s``: space), read from
+    ``re`` itself (jsonschema's regex engine) over every scalar value: one C-speed scan, no per-character calls."""
+    import re
+
+    text = _all_scalars()
+    gap = 0xE000 - 0xD800  # the code points of the text's second part sit this far past their index
+
+    def cp(i: int) -> int:
+        return i if i < 0xD800 else i + gap
+
+    out: list[tuple[int, int]] = []
+    for m in re.finditer(f"\\{name}+", text):
+        lo, hi = m.start(), m.end() - 1
+        if lo < 0xD800 <= hi:  # a run across the surrogate gap: two ranges
+            out += [(lo, 0xD7FF), (0xE000, cp(hi))]
+        else:
+            out.append((cp(lo), cp(hi)))
+    return cs_norm(out)
 
 
 ASCII_DIGIT = cs_chars("0123456789")
@@ -571,14 +592,14 @@ def trim(d: DFA) -> DFA:
     while k < len(order):
         q = order[k]
         k += 1
-        merged: dict[int, list[tuple[int, int]]] = {}
+        merged: dict[int, list[Charset]] = {}
         for cs, t in d.edges[q]:
-            if t in live:
+            if t in live and cs:
                 if t not in index:
                     index[t] = len(order)
                     order.append(t)
-                merged.setdefault(index[t], []).extend(cs)
-        edges.append([(cs_norm(r), t) for t, r in merged.items()])
+                merged.setdefault(index[t], []).append(cs)
+        edges.append([(r[0] if len(r) == 1 else cs_norm([x for cs in r for x in cs]), t) for t, r in merged.items()])
     return DFA(edges, [d.accepting[q] for q in order])
 
 
@@ -607,6 +628,8 @@ def literal_dfa(words: list[str]) -> DFA:
     edges: list[dict[int, int]] = [{}]
     accepting = [False]
     for w in words:
+        if any(0xD800 <= ord(ch) <= 0xDFFF for ch in w):
+            continue  # a lone surrogate: not a scalar value, never in a UTF-8 text
         q = 0
         for ch in w:
             cp = ord(ch)
@@ -651,10 +674,7 @@ def complement(a: DFA) -> DFA:
     n = len(a.edges)
     edges = []
     for es in a.edges:
-        covered: Charset = ()
-        for cs, _t in es:
-            covered = cs_or(covered, cs)
-        rest = cs_not(covered)
+        rest = cs_not(cs_norm([r for cs, _t in es for r in cs]))
         edges.append(list(es) + ([(rest, n)] if rest else []))
     edges.append([(UNIVERSE, n)])
     return trim(DFA(edges, [not x for x in a.accepting] + [True]))
@@ -703,6 +723,7 @@ def gbnf_class(cs: Charset) -> str:
 _RAW = cs_norm([(0x20, 0x21), (0x23, 0x5B), (0x5D, MAX_UNICODE)])
 
 
+@functools.lru_cache(maxsize=4096)
 def json_chars(cs: Charset) -> str:
     """GBNF alternatives spelling, inside a JSON string, any character of ``cs`` (raw, or escaped where JSON must)."""
     alts = []
@@ -738,51 +759,61 @@ def signature(d: DFA) -> tuple:
 
 
 def minimise(d: DFA) -> DFA:
-    """Merge equivalent states: partition refinement from accepting / not accepting, where a round re-reads only
-    the states with a successor that changed block (the coarsest stable partition, as Moore's rounds give)."""
+    """Merge equivalent states: partition refinement from accepting / not accepting (the coarsest stable partition,
+    as Moore's rounds give). A round re-reads only the states with a successor that changed block: the others of a
+    block keep the block's signature, so a block splits into its dirty states' new groups and the rest, and only the
+    dirty ones move (a chain of n states, such as a length counter, takes n rounds of O(1), not O(n) each)."""
     n = len(d.edges)
     block = [1 if a else 0 for a in d.accepting]
-    members: dict[int, list[int]] = {}
+    size: dict[int, int] = {}
     for q in range(n):
-        members.setdefault(block[q], []).append(q)
+        size[block[q]] = size.get(block[q], 0) + 1
     # each state's edges once as (charsets, targets); a signature looks up the targets' blocks and merges the
     # charsets of edges that land in one block (normalised, so that equal moves give equal signatures)
-    labels = [tuple(cs_norm(cs) for cs, _t in es) for es in d.edges]
+    labels = [tuple(cs for cs, _t in es) for es in d.edges]  # normalised by whoever built d
     targets = [tuple(t for _cs, t in es) for es in d.edges]
     preds: list[set[int]] = [set() for _ in range(n)]
     for q in range(n):
         for t in targets[q]:
             preds[t].add(q)
-    sig: list[tuple] = [()] * n
+
+    def signature_of(q: int) -> tuple:
+        bs = [block[t] for t in targets[q]]
+        if len(set(bs)) == len(bs):
+            return tuple(sorted(zip(bs, labels[q], strict=True)))
+        by_block: dict[int, list[tuple[int, int]]] = {}
+        for b, cs in zip(bs, labels[q], strict=True):
+            by_block.setdefault(b, []).extend(cs)
+        return tuple(sorted((b, cs_norm(r)) for b, r in by_block.items()))
+
+    block_sig: dict[int, tuple] = {}  # the signature every member of a block had at the end of the last round
     dirty: set[int] = set(range(n))
     next_id = 2
     while dirty:
+        by_block: dict[int, dict[tuple, list[int]]] = {}
         for q in dirty:
-            bs = [block[t] for t in targets[q]]
-            if len(set(bs)) == len(bs):
-                sig[q] = tuple(sorted(zip(bs, labels[q], strict=True)))
-            else:
-                by_block: dict[int, list[tuple[int, int]]] = {}
-                for b, cs in zip(bs, labels[q], strict=True):
-                    by_block.setdefault(b, []).extend(cs)
-                sig[q] = tuple(sorted((b, cs_norm(r)) for b, r in by_block.items()))
+            by_block.setdefault(block[q], {}).setdefault(signature_of(q), []).append(q)
         moved: list[int] = []
-        for b in {block[q] for q in dirty}:
-            groups: dict[tuple, list[int]] = {}
-            for q in members[b]:
-                groups.setdefault(sig[q], []).append(q)
-            if len(groups) == 1:
-                continue
-            keep, *rest = groups.values()
-            members[b] = keep
-            for g in rest:
-                members[next_id] = g
+        for b, groups in by_block.items():
+            clean = size[b] - sum(len(g) for g in groups.values())
+            if clean:
+                old = block_sig[b]
+                stay = groups.pop(old, [])
+                keep_sig, kept = old, clean + len(stay)
+            else:
+                keep_sig = max(groups, key=lambda s: len(groups[s]))
+                kept = len(groups.pop(keep_sig))
+            block_sig[b] = keep_sig
+            size[b] = kept
+            for s, g in groups.items():
+                size[next_id] = len(g)
+                block_sig[next_id] = s
                 for q in g:
                     block[q] = next_id
                 moved += g
                 next_id += 1
         dirty = {p for q in moved for p in preds[q]}
-    count = len(members)
+    count = len({block[q] for q in range(n)})
     if count == n:
         return d
     first: dict[int, int] = {}
@@ -808,7 +839,7 @@ def emit(d: DFA, name: str, reserve: Callable[[str], str], define: Callable[[str
     d = minimise(d)
     names = [reserve(f"{name}-s{q}" if q else name) for q in range(len(d.edges))]
     for q in range(len(d.edges)):
-        alts = [f"{json_chars(cs)} {names[t]}" for cs, t in d.edges[q]]
+        alts = [f"{json_chars(cs)} {names[t]}" for cs, t in d.edges[q] if cs]
         if d.accepting[q]:
             alts.append('""')
         define(names[q], " | ".join(alts))
