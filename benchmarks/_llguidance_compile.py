@@ -4,7 +4,7 @@ llguidance's default (strict: a keyword it does not implement refuses the schema
 keywords ignored, with a warning). Compile = ``LLMatcher.grammar_from_json_schema`` + ``LLMatcher.validate_grammar_with_warnings`` (the grammar
 and its lexer built, no tokenizer: the same work as our ``convert_json_schema``, which has no vocabulary either).
 
-    /work/main/.venv-vllm/bin/python benchmarks/_llguidance_compile.py schemas.json
+    .venv-vllm/bin/python benchmarks/_llguidance_compile.py schemas.json
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
-MAIN_PY = Path(os.environ.get("CONSTRAINED_MAIN_PY", "/work/main/.venv/bin/python"))
+MAIN_PY = Path(os.environ.get("CONSTRAINED_MAIN_PY", str(Path(__file__).resolve().parents[1] / ".venv" / "bin" / "python")))
 FLAGS = ["-c", "2048", "-np", "1", "-t", "1", "-tb", "1"]
 PROMPT = "You extract records. Reply with JSON only.\nText: Maria Lopez, 34, maria@example.com.\nJSON:\n"
 SCHEMA_A = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},

