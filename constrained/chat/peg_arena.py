@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .peg import (
+    FAIL,
     NEED_MORE,
     SUCCESS,
     _Atomic,
@@ -39,10 +40,41 @@ from .peg import (
     _StrContent,
     _Until,
     _Wrap,
+    ChatMessage,
+    PegFail,
+    _Mapper,
 )
 from .tool_grammar import excluding_grammar, including_grammar
 
-__all__ = ["Builder", "Node"]
+__all__ = ["ArenaSetup", "Builder", "Node", "value_types"]
+
+
+@dataclass
+class ArenaSetup:
+    """A specialised handler's answer for one request: grammar (None: no grammar), laziness, trigger words or
+    patterns (``(type, value)``), and the arena's parser."""
+
+    grammar: str | None
+    lazy: bool
+    triggers: list[tuple[int, str]]
+    parser: Any
+
+    def parse(self, generation_prompt: str, text: str, *, is_partial: bool = False) -> ChatMessage:
+        """``common_chat_peg_parse``: the message of ``generation_prompt + text`` (lenient; what the root leaves
+        unread is ignored, as llama.cpp's).
+
+        Raises:
+            PegFail: where llama.cpp throws (a final parse that fails, or a partial one that fails at once).
+        """
+        r = self.parser.parse(generation_prompt + text, 0)
+        if r.type == FAIL:
+            if is_partial and r.end > 0:
+                return ChatMessage()
+            raise PegFail("The model produced output that does not match the expected peg-native format")
+        m = _Mapper()
+        for n in r.nodes:
+            m.visit(n)
+        return m.finish()
 
 
 @dataclass

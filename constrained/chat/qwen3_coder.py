@@ -26,7 +26,7 @@ Example:
     >>> tools = normalize_tools([{"type": "function", "function": {"name": "now", "parameters": {}}}])
     >>> h = build(tools, reasoning=True, extract_reasoning=True, tool_choice="auto", parallel=True, coder=False)
     >>> h.lazy, h.triggers
-    (True, ['<tool_call>'])
+    (True, [(1, '<tool_call>')])
     >>> m = h.parse("<|im_start|>assistant\\n<think>\\n", "Hm.</think>\\n\\n<tool_call>\\n<function=now>\\n</function>\\n</tool_call>")
     >>> m.reasoning_content, m.content, m.tool_calls
     ('Hm.', '', [('now', '{}', '')])
@@ -35,13 +35,11 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .peg import FAIL, ChatMessage, PegFail, _Mapper
-from .peg_arena import Builder, value_types
+from .peg_arena import ArenaSetup, Builder, value_types
 
-__all__ = ["GEN_PREFIX", "Qwen3CoderSetup", "build", "is_qwen3_coder_template"]
+__all__ = ["GEN_PREFIX", "build", "is_qwen3_coder_template", "preserved_tokens", "supports_reasoning"]
 
 GEN_PREFIX = "<|im_start|>assistant\n"
 
@@ -84,32 +82,8 @@ def _params(tool: Any) -> list[tuple[str, Any, bool]]:
     return [(u(name), node, req) for name, node, req in root.properties]
 
 
-@dataclass
-class Qwen3CoderSetup:
-    """One request's grammar, laziness, triggers and reply parser."""
-
-    grammar: str | None
-    lazy: bool
-    triggers: list[str]
-    parser: Any
-
-    def parse(self, generation_prompt: str, text: str, *, is_partial: bool = False) -> ChatMessage:
-        """``common_chat_peg_parse``: the message of ``generation_prompt + text`` (lenient; trailing text after the
-        calls is ignored, as llama.cpp's root has no end)."""
-        s = generation_prompt + text
-        r = self.parser.parse(s, 0)
-        if r.type == FAIL:
-            if is_partial and r.end > 0:
-                return ChatMessage()
-            raise PegFail("The model produced output that does not match the expected peg-native format")
-        m = _Mapper()
-        for n in r.nodes:
-            m.visit(n)
-        return m.finish()
-
-
 def build(tools: Sequence[Any], *, reasoning: bool, extract_reasoning: bool, tool_choice: str, parallel: bool,
-          coder: bool, names: Sequence[str] | None = None) -> Qwen3CoderSetup:
+          coder: bool, names: Sequence[str] | None = None) -> ArenaSetup:
     """The handler's parser and grammar for ``tools`` (:class:`~constrained.chat.tools.Tool`).
 
     ``reasoning``: the template thinks (``<think>`` in it); ``extract_reasoning``: ``reasoning_format`` is not
@@ -133,7 +107,7 @@ def build(tools: Sequence[Any], *, reasoning: bool, extract_reasoning: bool, too
     if not chosen or tool_choice == "none":
         content = b.tag(CONTENT, b.rest())
         root = b.seq(gen, b.seq(think, b.space(), content))
-        return Qwen3CoderSetup(None, False, [], b.parser(root))
+        return ArenaSetup(None, False, [], b.parser(root))
 
     starts = ["<tool_call>"] + ([f"<function={t.name}>" for t in chosen] if coder else [])
     arg_close = b.atomic(b.tag(ARG_CLOSE, b.literal("\n</parameter>\n")))
@@ -190,4 +164,4 @@ def build(tools: Sequence[Any], *, reasoning: bool, extract_reasoning: bool, too
     content = b.tag(CONTENT, b.until_one_of(starts))
     root = b.seq(gen, b.seq(b.seq(think, b.space(), content), b.space(), tool_calls))
     lazy = tool_choice == "auto"
-    return Qwen3CoderSetup(b.grammar(root, lazy=lazy), lazy, starts if lazy else [], b.parser(root))
+    return ArenaSetup(b.grammar(root, lazy=lazy), lazy, [(1, w) for w in starts] if lazy else [], b.parser(root))

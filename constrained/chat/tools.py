@@ -88,10 +88,11 @@ def detect_format(template_source: str | None) -> str:
     """The format llama-server gives a template (``hermes``, ``qwen3``, ``llama3``, ``mistral_nemo``: see
     :mod:`constrained.chat.tool_formats`), else ``generic`` (ours, for templates without tool support or with a
     format not reproduced here)."""
-    from .qwen3_coder import is_qwen3_coder_template
+    from .handlers import handler_for
 
-    if is_qwen3_coder_template(template_source) and "tools" in (template_source or ""):
-        return "qwen3_coder"
+    h = handler_for(template_source)
+    if h is not None and "tools" in (template_source or ""):
+        return h
     f = format_for_template(template_source)
     return f.name if f is not None else "generic"
 
@@ -125,13 +126,13 @@ class ToolCallSetup:
     generation_prompt: str = ""              # the template's (llama-server's ``generation_prompt``)
     prefill: bool = False                    # the grammar starts with the generation prompt: feed it that first
     llama_server_compat: bool = False        # llama-server's setup for required / named (see tool_call_setup)
-    handler: Any = None                      # a specialised handler's parser (qwen3_coder: Qwen3CoderSetup)
+    handler: Any = None                      # a specialised handler's arena (peg_arena.ArenaSetup)
 
     @property
     def format(self) -> ToolFormat:
         """The JSON format's data (the generic format writes Hermes-style ``<tool_call>`` blocks; the XML format
         of ``qwen3_coder`` has none: its ``handler`` parses)."""
-        return FORMATS["hermes" if self.fmt in ("generic", "qwen3_coder") else self.fmt]
+        return FORMATS[self.fmt if self.fmt in FORMATS else "hermes"]
 
     def lazy_grammar(self, vocab: Any = None) -> Any:
         """The grammar as a :class:`~constrained.grammar.Grammar` (lazy with its triggers when ``grammar_lazy``):
@@ -176,18 +177,21 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     llama-server's instead: ``required`` lets free text come before the first call (its eager grammar starts with
     the generation prompt: ``prefill`` is set) and a named choice is ``auto``.
 
-    ``fmt="qwen3_coder"`` (the XML format of :mod:`constrained.chat.qwen3_coder`) needs ``template_source`` (does
-    it think? is it Qwen3-Coder?) and ``extract_reasoning`` (``reasoning_format`` is not ``none``); its
-    ``required`` is llama-server's eager grammar in both modes (free text, then at least one call), a named choice
-    (ours) keeps only that tool, ``parallel_tool_calls: false`` allows one call (as llama-server's grammar).
+    ``fmt`` a specialised handler of :mod:`constrained.chat.handlers` (``qwen3_coder``, ``kimi_k2``,
+    ``ministral_3``, ``functionary_v3_2``) needs ``template_source`` and ``extract_reasoning``
+    (``reasoning_format`` is not ``none``); its ``required`` is llama-server's eager grammar in both modes (free
+    text, then at least one call), a named choice (ours) keeps only that tool, ``parallel_tool_calls: false``
+    allows one call (as llama-server's grammar).
 
     Raises:
         ToolError: bad tools, an unknown ``tool_choice`` string (``Invalid tool_choice: x``, as llama-server), a
             named choice that is not among the tools, an unknown ``fmt``.
     """
-    if fmt == "qwen3_coder":
-        return _qwen3_coder_setup(tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
-                                  llama_server_compat)
+    from .handlers import HANDLERS
+
+    if fmt in HANDLERS:
+        return _handler_setup(fmt, tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
+                              llama_server_compat)
     if fmt != "generic" and fmt not in FORMATS:
         raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
@@ -303,10 +307,10 @@ def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tupl
     raise ToolError(f"Invalid tool_choice: {tool_choice}")
 
 
-def _qwen3_coder_setup(tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
-                       extract_reasoning: bool, llama_server_compat: bool) -> ToolCallSetup:
+def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
+                   extract_reasoning: bool, llama_server_compat: bool) -> ToolCallSetup:
     from .caps import template_caps
-    from .qwen3_coder import GEN_PREFIX, build, preserved_tokens, supports_reasoning
+    from .handlers import GENERATION_PROMPTS, build, preserved_tokens
 
     ts = normalize_tools(tools)
     choice, named = _choice(tool_choice, ts, llama_server_compat)
@@ -314,15 +318,13 @@ def _qwen3_coder_setup(tools: Any, tool_choice: Any, parallel_tool_calls: bool |
         parallel = bool(template_caps(src or "")["supports_parallel_tool_calls"]) if src else True
     else:
         parallel = bool(parallel_tool_calls)
-    thinks = supports_reasoning(src)
-    h = build(ts, reasoning=thinks, extract_reasoning=extract_reasoning, tool_choice=choice if ts else "none",
-              parallel=parallel, coder=not thinks, names=None if named is None else [named])
-    setup = ToolCallSetup("qwen3_coder", ts, choice, parallel, h.grammar, h.lazy,
-                          [{"type": WORD, "value": v} for v in h.triggers], preserved_tokens(src), None, named,
-                          generation_prompt=GEN_PREFIX + ("<think>\n" if thinks else ""),
-                          prefill=h.grammar is not None and not h.lazy, llama_server_compat=llama_server_compat,
-                          handler=h)
-    return setup
+    h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
+              extract_reasoning=extract_reasoning, names=None if named is None else [named])
+    gen = GENERATION_PROMPTS[fmt] + ("<think>\n" if fmt == "qwen3_coder" and "<think>" in (src or "") else "")
+    return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
+                         [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
+                         generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,
+                         llama_server_compat=llama_server_compat, handler=h)
 
 
 
@@ -427,7 +429,7 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
     kept, else it is ``ids[i]`` or 32 random alphanumerics as llama-server's. A reply that parses to nothing (cut
     by ``max_tokens`` inside a marker, ``<tool``; only whitespace) is returned as content, as llama-server answers it.
     """
-    if setup.fmt == "qwen3_coder":
+    if setup.handler is not None:
         return _parse_handler_reply(text, setup, ids)
     f = setup.format
     if setup.tool_choice == "none" or not setup.tools:
