@@ -11,6 +11,9 @@ Handlers (the sdist templates llama-server dispatches to them, ``common_chat_try
   is the model's ``functions.<name>:<n>``).
 - ``ministral_3``: Ministral 3 (Reasoning), Devstral Small. ``[THINK]...[/THINK]`` reasoning, then
   ``[TOOL_CALLS]<name>[ARGS]{json}`` per call.
+- ``gpt_oss``: GPT-OSS (harmony). ``<|channel|>analysis<|message|>...<|end|>`` reasoning, commentary preambles,
+  ``<|channel|>final<|message|>`` content; a call is ``<|start|>assistant to=functions.<name><|channel|>commentary
+  [<|constrain|>json]<|message|>{json}`` (or the recipient after the channel).
 - ``functionary_v3_2``: Functionary medium v3.2. The generation prompt ends with ``>>>``; the reply is
   ``all\\n<content>`` and/or ``<name>\\n{json}`` blocks, each after ``>>>``.
 
@@ -39,7 +42,7 @@ WORD, PATTERN = 1, 2
 REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "reasoning", "content", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
 
-HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2")
+HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss")
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
 GENERATION_PROMPTS = {
@@ -47,6 +50,7 @@ GENERATION_PROMPTS = {
     "kimi_k2": "<|im_assistant|>assistant<|im_middle|>",
     "ministral_3": "",
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
+    "gpt_oss": "<|start|>assistant",
 }
 
 
@@ -70,6 +74,7 @@ def preserved_tokens(handler: str, src: str | None) -> list[str]:
                     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"],
         "ministral_3": ["[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]"],
         "functionary_v3_2": [">>>all"],
+        "gpt_oss": ["<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"],
     }[handler]
 
 
@@ -102,7 +107,8 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
         return q(chosen, reasoning=thinks, extract_reasoning=extract_reasoning, tool_choice=tool_choice,
                  parallel=parallel, coder=not thinks)
     active = bool(chosen) and tool_choice != "none"
-    fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2}[handler]
+    fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
+          "gpt_oss": _gpt_oss}[handler]
     return fn(chosen, active, tool_choice, parallel, extract_reasoning)
 
 
@@ -213,3 +219,58 @@ def _functionary_v3_2(tools: Sequence[Any], active: bool, choice: str, parallel:
         end = b.end()
         ret = b.seq(b.choice(content_and_tool, content_until_end, choices), end)
     return _finish(b, b.seq(gen, ret), True, choice == "auto", [(PATTERN, ">>>(?!all)")])
+
+
+def _gpt_oss(tools: Sequence[Any], active: bool, choice: str, parallel: bool, extract: bool) -> ArenaSetup:
+    # common/parsers/gpt-oss.cpp (response_format not here)
+    b = Builder()
+    start = b.rule("start", b.literal("<|start|>assistant"))
+    end = b.rule("end", b.literal("<|end|>"))
+    content = b.rule("message-content", b.until("<|end|>"))
+    an = b.literal("analysis")
+    kinds = b.choice(b.literal("commentary"), an)
+    channel = b.seq(b.literal("<|channel|>"), kinds)
+    constrain_type = b.chars("[A-Za-z0-9_-]", 1, -1)
+    to_assistant = b.optional(b.literal(" to=assistant"))
+    stray = b.optional(b.seq(b.literal("<|channel|>commentary"), to_assistant))
+    start_analysis = b.seq(stray, b.literal("<|channel|>analysis<|message|>"))
+    if extract:
+        b.rule("analysis", b.seq(b.seq(start_analysis, b.tag(REASONING, content)), end))
+    else:
+        b.rule("analysis", b.tag(CONTENT, b.seq(b.seq(start_analysis, content), end)))
+    analysis = b.ref("analysis")
+    pre = b.tag(CONTENT, content)
+    preamble = b.rule("preamble", b.seq(b.seq(b.literal("<|channel|>commentary<|message|>"), pre), end))
+    fin = b.tag(CONTENT, content)
+    final_msg = b.rule("final", b.seq(b.seq(stray, b.literal("<|channel|>final<|message|>")), fin))
+    to = b.literal(" to=")
+    unsolicited = b.rule("unsolicited", b.atomic(b.seq(b.seq(b.seq(b.optional(channel), to), content), end)))
+    any_ = b.rule("any", b.choice(preamble, analysis))
+    if not active:
+        tail = b.choice(final_msg, unsolicited)
+        root = b.seq(b.seq(b.zero_or_more(b.seq(start, any_)), start), tail)
+        return _finish(b, root, False, False, [])
+    choices = b.choice()
+    for t in tools:
+        name = b.atomic(b.tag(TOOL_NAME, b.literal(t.name)))
+        func_name = b.seq(b.literal(" to=functions."), name)
+        opt_c = b.optional(b.literal("<|constrain|>"))
+        constraint = b.optional(b.seq(b.seq(b.space(), opt_c), constrain_type))
+        args = b.tag(TOOL_ARGS, _schema(b, f"tool-{t.name}-schema", t))
+        msg = b.literal("<|message|>")
+        in_role = b.tag(TOOL, b.seq(b.atomic(b.tag(TOOL_OPEN, b.seq(b.seq(b.seq(func_name, channel), constraint),
+                                                                      msg))), args))
+        msg = b.literal("<|message|>")
+        in_channel = b.tag(TOOL, b.seq(b.atomic(b.tag(TOOL_OPEN, b.seq(b.seq(b.seq(channel, func_name), constraint),
+                                                                         msg))), args))
+        choices = b.choice(choices, b.rule(f"tool-{t.name}", b.choice(in_role, in_channel)))
+    tool_call = b.trigger_rule("tool-call", choices)
+    if choice == "required":
+        root = b.seq(b.seq(b.zero_or_more(b.seq(start, any_)), start), tool_call)
+    else:
+        tail = b.choice(tool_call, final_msg)
+        root = b.seq(b.seq(b.zero_or_more(b.seq(start, any_)), start), tail)
+    triggers = [(PATTERN, "^\\s+to$"), (PATTERN, "^<\\|channel\\|>(?:commentary|analysis)\\s+to=functions$"),
+                (PATTERN, "<\\|start\\|>assistant(\\s+to)"),
+                (PATTERN, "<\\|start\\|>assistant(<\\|channel\\|>(?:commentary|analysis)\\s+to)")]
+    return _finish(b, root, True, choice != "required", triggers)

@@ -489,7 +489,8 @@ class Builder:
         return conv(root)
 
 
-_CHAR_CLASSES = {"[1-9]": "123456789", "[0-9]": "0123456789", "[+-]": "+-", "[0-9.eE+-]": "0123456789.eE+-"}
+_CHAR_CLASSES = {"[1-9]": "123456789", "[0-9]": "0123456789", "[+-]": "+-", "[0-9.eE+-]": "0123456789.eE+-",
+                 "[A-Za-z0-9_-]": "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"}
 
 
 def _chars(pattern: str, lo: int, hi: int) -> _P:

@@ -30,6 +30,7 @@ TEMPLATES = {
     "kimi_k2": ["Kimi-K2-Instruct.jinja", "Kimi-K2-Thinking.jinja", "moonshotai-Kimi-K2.jinja"],
     "ministral_3": ["mistralai-Ministral-3-14B-Reasoning-2512.jinja", "unsloth-mistral-Devstral-Small-2507.jinja"],
     "functionary_v3_2": ["meetkai-functionary-medium-v3.2.jinja"],
+    "gpt_oss": ["openai-gpt-oss-120b.jinja"],
 }
 ALL = [(h, n) for h, ns in TEMPLATES.items() for n in ns]
 
@@ -100,6 +101,14 @@ REPLIES = {
     "ministral_3": ["Just text.", f"[THINK]Let me see[/THINK]Sure.[TOOL_CALLS]get_weather[ARGS]{W}",
                     f"[TOOL_CALLS]get_weather[ARGS]{W}[TOOL_CALLS]ping[ARGS]{{}}", "[TOOL_CALLS]nope[ARGS]{}",
                     "[TOOL_CALLS]ping[ARGS]{} after", "[THINK]only thinking", "émoji 🎉 [TOOL"],
+    "gpt_oss": ["<|channel|>analysis<|message|>Think é<|end|><|start|>assistant<|channel|>final<|message|>Hello 🎉",
+                "<|channel|>analysis<|message|>Need it<|end|><|start|>assistant to=functions.get_weather<|channel|>"
+                f"commentary <|constrain|>json<|message|>{W}", "<|channel|>commentary to=functions.ping<|message|>{}",
+                "<|channel|>commentary<|message|>Let me check<|end|><|start|>assistant to=functions.ping<|channel|>"
+                "commentary<|message|>{}", "<|channel|>final<|message|>Hi", "plain text",
+                "<|channel|>commentary to=assistant<|channel|>final<|message|>x",
+                " to=browser.search<|channel|>commentary<|message|>{}<|end|>",
+                "<|channel|>commentary to=functions.nope<|message|>{}"],
     "functionary_v3_2": ["all\nJust text.", f"get_weather\n{W}", f"all\nLet me check.>>>get_weather\n{W}>>>ping\n{{}}",
                          "all\nx>>>nope\n{}", "ping\n{} after", "all\némoji 🎉 >>", "nope"],
 }
