@@ -307,6 +307,24 @@ def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tupl
     raise ToolError(f"Invalid tool_choice: {tool_choice}")
 
 
+def _generation_prompt(src: str) -> str:
+    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to a one-message
+    conversation (the parser's start, for :func:`parse_reply`; the server passes the request's own)."""
+    from .template import ChatTemplateError, ChatTemplates
+
+    t = ChatTemplates(src)
+    msgs = t.prepare_messages([{"role": "user", "content": "hi"}])
+    try:
+        a = t.render_jinja(msgs, add_generation_prompt=False, extra_context={"preserve_reasoning": True})
+        b = t.render_jinja(msgs, add_generation_prompt=True, extra_context={"preserve_reasoning": True})
+    except ChatTemplateError:
+        return ""
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return b[i:]
+
+
 def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
                    extract_reasoning: bool, llama_server_compat: bool) -> ToolCallSetup:
     from .caps import template_caps
@@ -320,7 +338,7 @@ def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: 
         parallel = bool(parallel_tool_calls)
     h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
               extract_reasoning=extract_reasoning, names=None if named is None else [named])
-    gen = GENERATION_PROMPTS[fmt] + ("<think>\n" if fmt == "qwen3_coder" and "<think>" in (src or "") else "")
+    gen = _generation_prompt(src) if src else GENERATION_PROMPTS[fmt]
     return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
                          [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
                          generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,
