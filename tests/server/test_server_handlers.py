@@ -9,10 +9,13 @@ prefilled with the generation prompt: every token constrained by the handler's g
 not, 24 tokens each. Every body, or every SSE
 event, is identical (tool call ids dropped, they are random on both sides): tokens, content, reasoning,
 ``tool_calls`` and their stream deltas, ``finish_reason``, and ``__verbose``'s grammar, laziness, triggers and
-preserved tokens.
+preserved tokens. Where llama-server's parser rejects the reply (HTTP 500 or an SSE error event), ours answers
+without an error (the listed deviation): checked, not compared.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -62,13 +65,20 @@ def test_handler_generations_as_llama_server(template: str, model: str, default_
         theirs = [post(srv, b) for b in bodies]
     with ours(args) as srv:
         mine = [post(srv, b) for b in bodies]
-    n_calls = 0
+    n_calls = n_same = 0
     for b, a, m in zip(bodies, theirs, mine, strict=True):
-        assert m["status"] == a["status"], (template, model, b, a, m)
-        if a["status"] != 200:
+        assert m["status"] == 200, (template, model, b, m)
+        if "does not match the expected" in json.dumps(a):
+            # llama-server's parser rejects the reply (HTTP 500, or an SSE error event): ours answers, never an
+            # error (CHANGELOG "Deviations"): a final message with parse_error, a stream without the error event
+            assert "server_error" not in json.dumps(m), (template, model, m)
+            if not b["stream"]:
+                assert m["body"]["choices"][0]["message"].get("parse_error"), m
             continue
+        assert a["status"] == 200, (template, model, b, a)
         assert comparable(m) == comparable(a), (template, model, b["tool_choice"], b["stream"], b["temperature"])
         n_calls += len(summary(a)[1])
-    assert sum(a["status"] == 200 for a in theirs) >= 3, (template, model, theirs[0])
+        n_same += 1
+    assert n_same >= 2, (template, model, theirs)
     if model == "gemma3-270m":
         assert n_calls >= 1, (template, model)       # the required (eager) requests end in calls
