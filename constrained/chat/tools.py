@@ -127,6 +127,7 @@ class ToolCallSetup:
     prefill: bool = False                    # the grammar starts with the generation prompt: feed it that first
     llama_server_compat: bool = False        # llama-server's setup for required / named (see tool_call_setup)
     handler: Any = None                      # a specialised handler's arena (peg_arena.ArenaSetup)
+    object_arguments: bool = True            # caps.supports_object_arguments: past calls' arguments as objects
 
     @property
     def format(self) -> ToolFormat:
@@ -263,7 +264,7 @@ def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) 
             for c in m["tool_calls"]:
                 c = dict(c)
                 f = c.get("function")
-                if isinstance(f, dict) and isinstance(f.get("arguments"), str):
+                if isinstance(f, dict) and isinstance(f.get("arguments"), str) and setup.object_arguments:
                     f = dict(f)
                     try:
                         f["arguments"] = json.loads(f["arguments"]) if f["arguments"].strip() else {}
@@ -342,7 +343,8 @@ def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: 
     return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
                          [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
                          generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,
-                         llama_server_compat=llama_server_compat, handler=h)
+                         llama_server_compat=llama_server_compat, handler=h,
+                         object_arguments=bool(template_caps(src)["supports_object_arguments"]) if src else True)
 
 
 
