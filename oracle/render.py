@@ -44,7 +44,8 @@ def render(template: str, inputs: dict[str, Any], bos: str = "", eos: str = "") 
 def chat_apply(template: str, body: dict[str, Any], bos: str = "", eos: str = "") -> dict[str, Any]:
     """The prompt llama-server's chat route builds for ``body`` (``messages``, ``tools``, ``tool_choice``,
     ``parallel_tool_calls``, ``json_schema``) with its defaults: ``{"prompt", "thinking_start_tag",
-    "thinking_end_tags", "generation_prompt", "grammar", "grammar_lazy"}`` or ``{"error"}``."""
+    "thinking_end_tags", "generation_prompt", "grammar", "grammar_lazy", "preserved_tokens", "grammar_triggers"}``
+    (``[{"type", "value"}]``) or ``{"error"}``."""
     return _call("chat_apply_shim", template, bos, eos, json.dumps(body))
 
 

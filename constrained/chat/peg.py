@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +33,8 @@ _SPACE = " \t\n\v\f\r"                       # std::isspace in the C locale
 
 CONTENT, REASONING, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "content", "reasoning", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
+TOOL_ARG_OPEN, TOOL_ARG_CLOSE, TOOL_ARG_NAME, TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE = (
+    "tool-arg-open", "tool-arg-close", "tool-arg-name", "tool-arg-value", "tool-arg-string-value")
 
 
 class PegFail(Exception):
@@ -396,6 +399,17 @@ class _Mapper:
         self.current: list[str] | None = None
         self.calls: list[list[str]] = []
         self.args_buffer = ""
+        self.arg_count = 0                           # the tagged (XML) formats' arguments
+        self.quote_pending = False
+
+    def _target_get(self) -> str:
+        return self.current[1] if self.current is not None and self.current[0] else self.args_buffer
+
+    def _target_set(self, v: str) -> None:
+        if self.current is not None and self.current[0]:
+            self.current[1] = v
+        else:
+            self.args_buffer = v
 
     def visit(self, node: _Node) -> None:
         t = node.tag
@@ -407,6 +421,31 @@ class _Mapper:
             self.pending = ["", "", ""]
             self.current = self.pending
             self.args_buffer = ""
+            self.arg_count = 0
+            self.quote_pending = False
+        elif t == TOOL_ARG_OPEN:
+            self.quote_pending = False
+        elif t == TOOL_ARG_NAME and self.current is not None:
+            # "name": (a leading whitespace character and the trailing ones trimmed), comma-separated
+            name = node.text[1:] if node.text[:1] in _SPACE and node.text else node.text
+            entry = ("," if self.arg_count else "") + json.dumps(name.rstrip(_SPACE), ensure_ascii=False) + ":"
+            self.arg_count += 1
+            self._target_set((self._target_get() or "{") + entry)
+        elif t in (TOOL_ARG_VALUE, TOOL_ARG_STRING_VALUE) and self.current is not None:
+            v = node.text
+            add = ""
+            if t == TOOL_ARG_STRING_VALUE:
+                if not self.quote_pending:
+                    add = '"'
+                    self.quote_pending = True
+                add += json.dumps(v, ensure_ascii=False)[1:-1]
+            elif v:
+                add = v      # normalize_quotes_to_json: identity on the JSON the value parser accepts
+            self._target_set(self._target_get() + add)
+        elif t == TOOL_ARG_CLOSE and self.current is not None:
+            if self.quote_pending:
+                self._target_set(self._target_get() + '"')
+                self.quote_pending = False
         elif t == TOOL_ID and self.current is not None:
             text = node.text.rstrip(_SPACE)
             if len(text) >= 2 and text[0] == '"' and text[-1] == '"':
@@ -434,6 +473,9 @@ class _Mapper:
             if not self.current[0] and self.args_buffer:
                 self.current[1] = self.args_buffer
                 self.args_buffer = ""
+            if self.quote_pending:
+                self.current[1] += '"'
+                self.quote_pending = False
             self.current[1] += "}" * max(0, _brace_depth(self.current[1]))
             if self.pending is not None:
                 if self.current[0]:
@@ -446,6 +488,8 @@ class _Mapper:
         if self.pending is not None and self.pending[0]:
             if self.args_buffer:
                 self.pending[1] = self.args_buffer
+            if self.quote_pending and self.pending[1]:
+                self.pending[1] += '"'
             self.calls.append(self.pending)
         self.msg.tool_calls = [(n, a, i) for n, a, i in self.calls]
         if self.msg.reasoning_content and not self.msg.reasoning_content.strip(" \n\r\t"):

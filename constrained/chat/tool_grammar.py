@@ -25,7 +25,8 @@ from typing import Any
 
 from .tool_formats import ToolFormat
 
-__all__ = ["PEG_JSON_RULES", "build_tool_grammar", "excluding_grammar", "response_format_grammar", "rule_name"]
+__all__ = ["PEG_JSON_RULES", "build_tool_grammar", "excluding_grammar", "including_grammar", "response_format_grammar",
+           "rule_name"]
 
 # the rules llama.cpp's PEG builder emits for its generic JSON parser (common/peg-parser.cpp json()), which are
 # reachable from every tool rule and from the response_format grammar of --jinja (constrained.server.chat_api)
@@ -109,8 +110,8 @@ def _aho_corasick(strings: Sequence[str]) -> tuple[list[dict[str, int]], list[in
     return children, fail, terminal, alphabet
 
 
-def excluding_grammar(prefix: str, strings: Sequence[str]) -> str:
-    """The rules of text containing none of ``strings`` (``gbnf_excluding_grammar``), start rule ``prefix``."""
+def _ac_grammar(prefix: str, strings: Sequence[str], including: bool) -> str:
+    # gbnf_ac_grammar (peg-parser.cpp): one rule per non-terminal state of the Aho-Corasick automaton
     children, fail, terminal, alphabet = _aho_corasick(strings)
 
     def nxt(state: int, ch: str) -> int:
@@ -127,21 +128,45 @@ def excluding_grammar(prefix: str, strings: Sequence[str]) -> str:
             continue
         buckets: dict[int, list[str]] = {}
         specific: list[str] = []
+        completing: list[str] = []
         for c in alphabet:
             d = nxt(q, c)
             if terminal[d]:
+                completing.append(c)
                 specific.append(c)
             elif d != 0:
                 buckets.setdefault(d, []).append(c)
                 specific.append(c)
-        rhs = "|"
-        for d in sorted(buckets):
-            rhs += f" {_char_class(buckets[d], False)} {name(d)} |"
-        rhs += f" {_char_class(specific, True)} {name(0)}"
+        if including:
+            alts = [_char_class(completing, False)] if completing else []
+            alts += [f"{_char_class(buckets[d], False)} {name(d)}" for d in sorted(buckets)]
+            alts.append(f"{_char_class(specific, True)} {name(0)}")
+            rhs = " | ".join(alts)
+        else:
+            rhs = "|"
+            for d in sorted(buckets):
+                rhs += f" {_char_class(buckets[d], False)} {name(d)} |"
+            rhs += f" {_char_class(specific, True)} {name(0)}"
         lines.append(f"{name(q)} ::= {rhs}")
     if terminal[0]:
         lines.append(f"{prefix} ::= |")
     return "\n".join(lines)
+
+
+def excluding_grammar(prefix: str, strings: Sequence[str]) -> str:
+    """The rules of text containing none of ``strings`` (``gbnf_excluding_grammar``), start rule ``prefix``."""
+    return _ac_grammar(prefix, strings, False)
+
+
+def including_grammar(prefix: str, strings: Sequence[str]) -> str:
+    """The rules of text up to and including the first of ``strings`` (``gbnf_including_grammar``), start rule
+    ``prefix``.
+
+    >>> print(including_grammar("ac-3", ["ab"]))
+    ac-3 ::= [a] ac-3-01 | [^a] ac-3
+    ac-3-01 ::= [b] | [a] ac-3-01 | [^ab] ac-3
+    """
+    return _ac_grammar(prefix, strings, True)
 
 
 def _optspace(tag: str) -> str:

@@ -33,7 +33,10 @@ __all__ = ["ToolCallParser"]
 
 
 def _peg_for(setup: ToolCallSetup) -> Any:
-    """The format's PEG parser (every format of ``constrained.chat.tool_formats``; generic: Hermes blocks)."""
+    """The format's PEG parser (every format of ``constrained.chat.tool_formats``; generic: Hermes blocks; a
+    specialised handler parses with its own arena, ``setup.handler``)."""
+    if setup.handler is not None:
+        return None
     names = [t.name for t in setup.tools if setup.named is None or t.name == setup.named]
     return json_native_parser(names, setup.format, parallel=setup.parallel,
                               required=setup.tool_choice == "required")
@@ -65,8 +68,11 @@ class ToolCallParser:
     def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.text += added
         try:
-            new = parse_message(self.peg, self.gen_prompt, self.text, is_partial=is_partial,
-                                reasoning_start=(self.setup.format.reasoning or ("",))[0])
+            if self.setup.handler is not None:           # a specialised handler's arena (qwen3_coder)
+                new = self.setup.handler.parse(self.gen_prompt, self.text, is_partial=is_partial)
+            else:
+                new = parse_message(self.peg, self.gen_prompt, self.text, is_partial=is_partial,
+                                    reasoning_start=(self.setup.format.reasoning or ("",))[0])
         except (PegFail, RecursionError) as e:
             if is_partial:                       # llama-server: an SSE error; ours: no delta until it parses
                 return self.message_json(final=False), []

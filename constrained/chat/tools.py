@@ -88,6 +88,11 @@ def detect_format(template_source: str | None) -> str:
     """The format llama-server gives a template (``hermes``, ``qwen3``, ``llama3``, ``mistral_nemo``: see
     :mod:`constrained.chat.tool_formats`), else ``generic`` (ours, for templates without tool support or with a
     format not reproduced here)."""
+    from .handlers import handler_for
+
+    h = handler_for(template_source)
+    if h is not None and "tools" in (template_source or ""):
+        return h
     f = format_for_template(template_source)
     return f.name if f is not None else "generic"
 
@@ -121,11 +126,14 @@ class ToolCallSetup:
     generation_prompt: str = ""              # the template's (llama-server's ``generation_prompt``)
     prefill: bool = False                    # the grammar starts with the generation prompt: feed it that first
     llama_server_compat: bool = False        # llama-server's setup for required / named (see tool_call_setup)
+    handler: Any = None                      # a specialised handler's arena (peg_arena.ArenaSetup)
+    object_arguments: bool = True            # caps.supports_object_arguments: past calls' arguments as objects
 
     @property
     def format(self) -> ToolFormat:
-        """The JSON format's data (the generic format writes Hermes-style ``<tool_call>`` blocks)."""
-        return FORMATS["hermes" if self.fmt == "generic" else self.fmt]
+        """The JSON format's data (the generic format writes Hermes-style ``<tool_call>`` blocks; the XML format
+        of ``qwen3_coder`` has none: its ``handler`` parses)."""
+        return FORMATS[self.fmt if self.fmt in FORMATS else "hermes"]
 
     def lazy_grammar(self, vocab: Any = None) -> Any:
         """The grammar as a :class:`~constrained.grammar.Grammar` (lazy with its triggers when ``grammar_lazy``):
@@ -158,7 +166,8 @@ class ToolCallSetup:
 
 
 def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool | None = None, *,
-                    fmt: str = "hermes", llama_server_compat: bool = False) -> ToolCallSetup:
+                    fmt: str = "hermes", llama_server_compat: bool = False, template_source: str | None = None,
+                    extract_reasoning: bool = True) -> ToolCallSetup:
     """The grammar, laziness, triggers and preserved tokens for ``tools`` in format ``fmt``.
 
     ``fmt``: ``generic`` (ours) or a key of :data:`~constrained.chat.tool_formats.FORMATS` (``hermes``, ``qwen3``,
@@ -169,10 +178,21 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     llama-server's instead: ``required`` lets free text come before the first call (its eager grammar starts with
     the generation prompt: ``prefill`` is set) and a named choice is ``auto``.
 
+    ``fmt`` a specialised handler of :mod:`constrained.chat.handlers` (``qwen3_coder``, ``kimi_k2``,
+    ``ministral_3``, ``functionary_v3_2``) needs ``template_source`` and ``extract_reasoning``
+    (``reasoning_format`` is not ``none``); its ``required`` is llama-server's eager grammar in both modes (free
+    text, then at least one call), a named choice (ours) keeps only that tool, ``parallel_tool_calls: false``
+    allows one call (as llama-server's grammar).
+
     Raises:
         ToolError: bad tools, an unknown ``tool_choice`` string (``Invalid tool_choice: x``, as llama-server), a
             named choice that is not among the tools, an unknown ``fmt``.
     """
+    from .handlers import HANDLERS
+
+    if fmt in HANDLERS:
+        return _handler_setup(fmt, tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
+                              llama_server_compat)
     if fmt != "generic" and fmt not in FORMATS:
         raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
@@ -244,7 +264,7 @@ def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) 
             for c in m["tool_calls"]:
                 c = dict(c)
                 f = c.get("function")
-                if isinstance(f, dict) and isinstance(f.get("arguments"), str):
+                if isinstance(f, dict) and isinstance(f.get("arguments"), str) and setup.object_arguments:
                     f = dict(f)
                     try:
                         f["arguments"] = json.loads(f["arguments"]) if f["arguments"].strip() else {}
@@ -259,7 +279,7 @@ def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) 
 
 def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_choice: Any = "auto",
                                  parallel_tool_calls: bool | None = None, *,
-                                 llama_server_compat: bool = False) -> ToolCallSetup:
+                                 llama_server_compat: bool = False, extract_reasoning: bool = True) -> ToolCallSetup:
     """:func:`tool_call_setup` in the format llama-server uses for this chat template (``generic`` when it has
     none that is reproduced here, e.g. ChatML, Gemma 3): the server needs no per-format knowledge.
 
@@ -269,7 +289,62 @@ def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_c
     ('mistral_nemo', [{'type': 1, 'value': '[TOOL_CALLS]'}], True)
     """
     return tool_call_setup(tools, tool_choice, parallel_tool_calls, fmt=detect_format(template_source),
-                           llama_server_compat=llama_server_compat)
+                           llama_server_compat=llama_server_compat, template_source=template_source,
+                           extract_reasoning=extract_reasoning)
+
+
+def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tuple[str, str | None]:
+    named = None
+    if isinstance(tool_choice, dict):
+        fn = tool_choice.get("function") if isinstance(tool_choice.get("function"), dict) else tool_choice
+        named = fn.get("name") if isinstance(fn, dict) else None
+        if not isinstance(named, str) or named not in {t.name for t in ts}:
+            raise ToolError(f"tool_choice names an unknown tool: {named!r}")
+        if llama_server_compat:           # json_value(..., "tool_choice", "auto"): an object is a type error
+            return "auto", None
+        return "required", named
+    if tool_choice in ("auto", "none", "required"):
+        return tool_choice, None
+    raise ToolError(f"Invalid tool_choice: {tool_choice}")
+
+
+def _generation_prompt(src: str) -> str:
+    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to a one-message
+    conversation (the parser's start, for :func:`parse_reply`; the server passes the request's own)."""
+    from .template import ChatTemplateError, ChatTemplates
+
+    t = ChatTemplates(src)
+    msgs = t.prepare_messages([{"role": "user", "content": "hi"}])
+    try:
+        a = t.render_jinja(msgs, add_generation_prompt=False, extra_context={"preserve_reasoning": True})
+        b = t.render_jinja(msgs, add_generation_prompt=True, extra_context={"preserve_reasoning": True})
+    except ChatTemplateError:
+        return ""
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return b[i:]
+
+
+def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
+                   extract_reasoning: bool, llama_server_compat: bool) -> ToolCallSetup:
+    from .caps import template_caps
+    from .handlers import GENERATION_PROMPTS, build, preserved_tokens
+
+    ts = normalize_tools(tools)
+    choice, named = _choice(tool_choice, ts, llama_server_compat)
+    if parallel_tool_calls is None:
+        parallel = bool(template_caps(src or "")["supports_parallel_tool_calls"]) if src else True
+    else:
+        parallel = bool(parallel_tool_calls)
+    h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
+              extract_reasoning=extract_reasoning, names=None if named is None else [named])
+    gen = _generation_prompt(src) if src else GENERATION_PROMPTS[fmt]
+    return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
+                         [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
+                         generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,
+                         llama_server_compat=llama_server_compat, handler=h,
+                         object_arguments=bool(template_caps(src)["supports_object_arguments"]) if src else True)
 
 
 
@@ -374,6 +449,8 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
     kept, else it is ``ids[i]`` or 32 random alphanumerics as llama-server's. A reply that parses to nothing (cut
     by ``max_tokens`` inside a marker, ``<tool``; only whitespace) is returned as content, as llama-server answers it.
     """
+    if setup.handler is not None:
+        return _parse_handler_reply(text, setup, ids)
     f = setup.format
     if setup.tool_choice == "none" or not setup.tools:
         if f.reasoning and setup.fmt != "generic":       # the content parser still takes the reasoning out
@@ -413,6 +490,34 @@ def parse_reply(text: str, setup: ToolCallSetup, *, ids: Sequence[str] = ()) -> 
         # cut by max_tokens inside a marker (`<tool`), or whitespace only
         return ParsedReply(text)
     return ParsedReply(r.content, calls, r.reasoning, parse_error=why)
+
+
+def _parse_handler_reply(text: str, setup: ToolCallSetup, ids: Sequence[str]) -> ParsedReply:
+    """A specialised handler's reply (its PEG parser after ``setup.generation_prompt``); a reply it rejects is
+    all content with ``parse_error`` (llama-server: HTTP 500)."""
+    from .peg import PegFail
+
+    try:
+        m = setup.handler.parse(setup.generation_prompt, text)
+    except PegFail as e:
+        return ParsedReply(text, parse_error=str(e))
+    except RecursionError:
+        return ParsedReply(text, parse_error=NESTED_TOO_DEEPLY)
+    if m.empty():
+        return ParsedReply(text)                         # llama-server answers an empty message with the text
+    names = {t.name: t for t in setup.tools}
+    calls = []
+    for i, (name, args, cid) in enumerate(m.tool_calls):
+        try:
+            value = json.loads(args)
+            issues = validate_arguments(value, names[name].schema) if name in names else ()
+        except ValueError:
+            issues = ("arguments are not complete JSON (cut off by max_tokens?)",)
+        except RecursionError:
+            issues = (NESTED_TOO_DEEPLY,)
+        calls.append(ToolCall(name, _no_surrogates(args), cid or (ids[i] if i < len(ids) else new_tool_call_id()),
+                              issues))
+    return ParsedReply(m.content, calls, m.reasoning_content)
 
 
 def validate_arguments(args: Any, schema: Any) -> tuple[str, ...]:

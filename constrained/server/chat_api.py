@@ -147,7 +147,7 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     if jinja and has_tools:                # tools_api: the tool setup (the generic format rewrites the messages)
         from .tools_api import plan_tools
 
-        tool_plan = plan_tools(body, templates)
+        tool_plan = plan_tools(body, templates, reasoning_format)
         if tool_plan is not None:
             msgs = tool_plan.messages(msgs)
             tools = tool_plan.template_tools

@@ -78,8 +78,9 @@ class ToolPlan:
         return out
 
 
-def plan_tools(body: dict[str, Any], templates: Any) -> ToolPlan | None:
-    """The tool plan of a chat request whose ``tools`` is a non-empty array (``--jinja``); ``None`` where the
+def plan_tools(body: dict[str, Any], templates: Any, reasoning_format: str = "deepseek") -> ToolPlan | None:
+    """The tool plan of a chat request whose ``tools`` is a non-empty array (``--jinja``; ``reasoning_format``
+    the request's or the server's: a handler's parser extracts reasoning unless it is ``none``); ``None`` where the
     request asks for llama-server's behaviour (``"llama_server_compat": true``, ours) and the template cannot render
     tools (llama-server then drops them silently).
 
@@ -95,7 +96,8 @@ def plan_tools(body: dict[str, Any], templates: Any) -> ToolPlan | None:
     compat = body.get("llama_server_compat") is True
     try:
         setup = tool_call_setup_for_template(templates.source, body["tools"], choice, par,
-                                             llama_server_compat=compat)
+                                             llama_server_compat=compat,
+                                             extract_reasoning=reasoning_format != "none")
         shown = template_tools(body["tools"])
     except ToolError as e:
         msg = str(e)

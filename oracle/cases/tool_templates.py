@@ -90,7 +90,14 @@ def prompt_differences(srv: LlamaServer, source: str, tools: list) -> tuple[int,
     for msgs in ([{"role": "user", "content": "hi"}], HISTORY):
         r = srv.post("/apply-template", {"messages": msgs, "tools": tools})
         try:
-            got = t.apply(template_messages(msgs, setup), jinja=True, tools=template_tools(tools))
+            if setup.handler is not None:              # a specialised handler renders as the server does
+                from constrained.chat.autoparser_prompt import server_apply, supports_thinking
+
+                got = server_apply(t, template_messages(msgs, setup), tools=template_tools(tools),
+                                   chat_template_kwargs={"preserve_reasoning": True},
+                                   enable_thinking=supports_thinking(t)).prompt
+            else:
+                got = t.apply(template_messages(msgs, setup), jinja=True, tools=template_tools(tools))
         except ChatTemplateError:
             got = None                                 # llama-server: HTTP 400
         n += 1

@@ -65,6 +65,8 @@ extern "C" char * render_shim(const char * src, const char * bos, const char * e
     return dup_string(out.dump());
 }
 
+// (chat_apply_shim answers prompt, thinking tags, generation_prompt, grammar, grammar_lazy, preserved_tokens and
+// grammar_triggers [{type, value}])
 // the inputs oaicompat_chat_params_parse makes of body (server-common.cpp:1312-1372), llama-server's defaults
 static common_chat_templates_inputs server_inputs(const common_chat_templates * tmpls, const common_json & body) {
     auto caps = common_chat_templates_get_caps(tmpls);
@@ -105,6 +107,12 @@ extern "C" char * chat_apply_shim(const char * src, const char * bos, const char
         out["generation_prompt"]  = params.generation_prompt;
         out["grammar"]            = params.grammar;
         out["grammar_lazy"]       = params.grammar_lazy;
+        out["preserved_tokens"]   = params.preserved_tokens;
+        auto triggers = common_json::array();
+        for (const auto & t : params.grammar_triggers) {
+            triggers.push_back({{"type", (int) t.type}, {"value", t.value}});
+        }
+        out["grammar_triggers"]   = triggers;
     } catch (const std::exception & e) {
         out["error"] = e.what();
     }

@@ -165,8 +165,10 @@ def test_formats_for_the_sdist_templates() -> None:
     for f in FORMATS.values():
         for t in f.templates:
             assert detect_format((d / t).read_text()) == f.name, t
-    for t in ["google-gemma-2-2b-it.jinja", "Qwen3-Coder.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
-              "meetkai-functionary-medium-v3.2.jinja", "Qwen-QwQ-32B.jinja", "Bielik-11B-v3.0-Instruct.jinja",
+    for t in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja"]:
+        assert detect_format((d / t).read_text()) == "qwen3_coder", t
+    for t in ["google-gemma-2-2b-it.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
+              "Qwen-QwQ-32B.jinja", "Bielik-11B-v3.0-Instruct.jinja",
               "GLM-4.6.jinja", "ibm-granite-granite-4.0.jinja"]:
         assert detect_format((d / t).read_text()) == "generic", t
     g = tool_call_setup_for_template(None, TOOLS, "auto")
