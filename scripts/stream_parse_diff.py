@@ -4,6 +4,7 @@ line per case (tool formats, reply-parser specs, response_format). Run it under 
 
 Run: PYTHONPATH=$PWD .venv/bin/python scripts/stream_parse_diff.py 3000 > new.jsonl  (and under the old tree)
 """
+# ruff: noqa: E401, E402, E701, E702, I001, UP031
 import json, random, sys
 from constrained.chat.tools import tool_call_setup
 from constrained.chat.tool_stream import ToolCallParser

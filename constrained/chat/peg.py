@@ -267,7 +267,7 @@ class _Chars(_P):
     def __init__(self, allowed: str, lo: int, hi: int) -> None:
         self.allowed, self.lo, self.hi = allowed, lo, hi
         cls = "[" + "".join("\\" + ch if ch in "\\]^-[" else ch for ch in allowed) + "]"
-        self.run = re.compile(cls + ("*" if hi == -1 else "{0,%d}" % hi))
+        self.run = re.compile(cls + ("*" if hi == -1 else f"{{0,{hi}}}"))
 
     def parse(self, c: _Ctx, pos: int) -> _Res:
         e = c.old.get((self, pos), pos) if self.hi == -1 else pos

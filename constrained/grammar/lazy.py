@@ -498,7 +498,7 @@ class LazyMatcher:
                 order = np.argsort(tok_start[hit], kind="stable")
                 hit, hs = hit[order], tok_start[hit][order]
                 cuts = np.nonzero(np.diff(hs))[0] + 1
-                for toks_arr, st in zip(np.split(hit, cuts), hs[np.concatenate(([0], cuts))].tolist()):
+                for toks_arr, st in zip(np.split(hit, cuts), hs[np.concatenate(([0], cuts))].tolist(), strict=True):
                     by_start[int(st)] = toks_arr.tolist()
         else:
             for k, p in enumerate(self.patterns):

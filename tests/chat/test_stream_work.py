@@ -49,9 +49,9 @@ SHAPES = {
 
 def _call(fmt: str, args: str, name: str = "f") -> str:
     f = FORMATS[fmt]
-    body = '{"%s": "%s", "%s": %s' % (f.name_field, name, f.args_field, args)
+    body = f'{{"{f.name_field}": "{name}", "{f.args_field}": {args}'
     if f.id_field:
-        body += ', "%s": "a1B2c3D4e"' % f.id_field
+        body += f', "{f.id_field}": "a1B2c3D4e"'
     return body + "}"
 
 
