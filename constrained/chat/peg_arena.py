@@ -23,16 +23,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .peg import (
+    _P,
     FAIL,
     NEED_MORE,
     SUCCESS,
+    ChatMessage,
+    PegFail,
     _Atomic,
     _Chars,
     _Choice,
+    _Ctx,
     _Eps,
     _Lit,
+    _Mapper,
     _Not,
-    _P,
     _Rep,
     _Res,
     _Seq,
@@ -40,9 +44,6 @@ from .peg import (
     _StrContent,
     _Until,
     _Wrap,
-    ChatMessage,
-    PegFail,
-    _Mapper,
 )
 from .tool_grammar import excluding_grammar, including_grammar
 
@@ -66,7 +67,7 @@ class ArenaSetup:
         Raises:
             PegFail: where llama.cpp throws (a final parse that fails, or a partial one that fails at once).
         """
-        r = self.parser.parse(generation_prompt + text, 0)
+        r = self.parser.parse(_Ctx(generation_prompt + text, {}), 0)     # a whole parse each time
         if r.type == FAIL:
             if is_partial and r.end > 0:
                 return ChatMessage()
@@ -103,17 +104,18 @@ def _format_literal(s: str) -> str:
 
 
 class _Any(_P):
-    def parse(self, s: str, pos: int) -> _Res:
-        return _Res(SUCCESS, pos, pos + 1) if pos < len(s) else _Res(NEED_MORE, pos, pos)
+    def parse(self, c: _Ctx, pos: int) -> _Res:
+        c.steps += 1
+        return _Res(SUCCESS, pos, pos + 1, (), pos) if pos < c.n else _Res(NEED_MORE, pos, pos, (), c.n)
 
 
 class _And(_P):
     def __init__(self, child: _P) -> None:
         self.child = child
 
-    def parse(self, s: str, pos: int) -> _Res:
-        r = self.child.parse(s, pos)             # peg-parser.cpp:478: the child's result type, nothing consumed
-        return _Res(r.type, pos, pos)
+    def parse(self, c: _Ctx, pos: int) -> _Res:
+        r = self.child.parse(c, pos)             # peg-parser.cpp:478: the child's result type, nothing consumed
+        return _Res(r.type, pos, pos, (), r.hi)
 
 
 class _Late(_P):
@@ -122,9 +124,9 @@ class _Late(_P):
     def __init__(self) -> None:
         self.target: _P | None = None
 
-    def parse(self, s: str, pos: int) -> _Res:
+    def parse(self, c: _Ctx, pos: int) -> _Res:
         assert self.target is not None
-        return self.target.parse(s, pos)
+        return self.target.parse(c, pos)
 
 
 class Builder:

@@ -26,8 +26,10 @@ from .peg import (
     FAIL,
     REASONING,
     ChatMessage,
+    PegStream,
     _Atomic,
     _Choice,
+    _Ctx,
     _End,
     _Eps,
     _json,
@@ -87,9 +89,18 @@ class PegReplyParser(ContentParser):
     msg: ChatMessage
     parse_error: str | None
 
+    _stream: PegStream | None = None
+
+    @property
+    def steps(self) -> int:
+        """The parse work so far (parser calls plus characters scanned; the parse is incremental)."""
+        return self._stream.steps if self._stream is not None else 0
+
     def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.text += added
-        r = self.peg.parse(self.input_prefix + self.text, 0)
+        if self._stream is None:
+            self._stream = PegStream(self.peg, self.input_prefix)
+        r = self._stream.feed(added)
         if r.type == FAIL:
             if is_partial:
                 return self._json(), []
@@ -176,8 +187,10 @@ class _Peek(_P):
     def __init__(self, child: _P) -> None:
         self.child = child
 
-    def parse(self, s: str, pos: int) -> _Res:
-        return _Res(self.child.parse(s, pos).type, pos, pos)
+    def parse(self, c: _Ctx, pos: int) -> _Res:
+        c.steps += 1
+        r = self.child.parse(c, pos)
+        return _Res(r.type, pos, pos, (), r.hi)
 
 
 def _opt(p: _P) -> _P:

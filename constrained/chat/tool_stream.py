@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .peg import ChatMessage, PegFail, json_native_parser, parse_message
+from .peg import ChatMessage, MessageStream, PegFail, json_native_parser
 from .stream_diff import compute_diffs
 from .tools import (
     NESTED_TOO_DEEPLY,
@@ -45,34 +45,51 @@ def _peg_for(setup: ToolCallSetup) -> Any:
 class ToolCallParser:
     """The chat output parser of a request with tools: ``update(added, is_partial)`` appends generated text and
     returns the message JSON and the stream deltas since the last update (``task_result_state::update_chat_msg``).
+    The parse is incremental (:class:`~constrained.chat.peg.MessageStream`): one stream's parse work is linear in
+    its reply (``steps``), the messages those of a full parse per update.
     """
 
     def __init__(self, setup: ToolCallSetup, generation_prompt: str) -> None:
         self.setup = setup
         self.gen_prompt = generation_prompt
         self.peg = _peg_for(setup)
+        # the reply is parsed incrementally: each update resumes from the previous parse's checkpoints
+        self.stream = None if self.peg is None else MessageStream(
+            self.peg, generation_prompt, reasoning_start=(setup.format.reasoning or ("",))[0])
         self.text = ""
         self.msg = ChatMessage()
         self.ids: list[str] = []
         self.parse_error: str | None = None
+        self._src: list[tuple[str, str, str]] = []       # the last calls given ids, and the result
+        self._out: list[tuple[str, str, str]] = []
+        self._dicts: tuple[list[Any], list[dict[str, Any]]] = ([], [])   # the last partial message's call objects
+
+    @property
+    def steps(self) -> int:
+        """The parse work so far (parser calls plus characters scanned)."""
+        return self.stream.steps if self.stream is not None else 0
 
     def _with_ids(self, m: ChatMessage) -> ChatMessage:
-        calls = []
-        for i, (name, args, cid) in enumerate(m.tool_calls):
+        src, calls = m.tool_calls, []
+        k = _same_head(src, self._src)        # the calls before the last one seen are usually the same
+        if k:
+            calls = self._out[:k]
+        for i in range(k, len(src)):
+            name, args, cid = src[i]
             if len(self.ids) <= i:
                 self.ids.append(cid or new_tool_call_id())
             calls.append((name, args, self.ids[i]))
+        self._src, self._out = src, calls
         m.tool_calls = calls
         return m
 
     def update(self, added: str, is_partial: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         self.text += added
         try:
-            if self.setup.handler is not None:           # a specialised handler's arena (qwen3_coder)
+            if self.stream is None:                      # a specialised handler's arena (qwen3_coder, ...)
                 new = self.setup.handler.parse(self.gen_prompt, self.text, is_partial=is_partial)
             else:
-                new = parse_message(self.peg, self.gen_prompt, self.text, is_partial=is_partial,
-                                    reasoning_start=(self.setup.format.reasoning or ("",))[0])
+                new = self.stream.update(added, is_partial)
         except (PegFail, RecursionError) as e:
             if is_partial:                       # llama-server: an SSE error; ours: no delta until it parses
                 return self.message_json(final=False), []
@@ -103,9 +120,12 @@ class ToolCallParser:
         if self.msg.reasoning_content:
             m["reasoning_content"] = self.msg.reasoning_content
         if self.msg.tool_calls:
-            calls = []
+            src, calls = self.msg.tool_calls, []
+            k = 0 if final else _same_head(src, self._dicts[0])
+            if k:                            # a partial message's call objects are read, never changed
+                calls = self._dicts[1][:k]
             schemas = {t.name: t.schema for t in self.setup.tools}
-            for name, args, cid in self.msg.tool_calls:
+            for name, args, cid in src[k:]:
                 c: dict[str, Any] = {"type": "function", "function": {"name": name, "arguments": args}}
                 if cid:
                     c["id"] = cid
@@ -113,10 +133,19 @@ class ToolCallParser:
                 if issues:
                     c["issues"] = issues
                 calls.append(c)
+            if not final:
+                self._dicts = (src, calls[:])
             m["tool_calls"] = calls
         if self.parse_error:
             m["parse_error"] = self.parse_error
         return m
+
+
+def _same_head(new: list[Any], old: list[Any]) -> int:
+    """How many leading items ``new`` shares with ``old``, checked for all but ``old``'s last (``0`` when they
+    differ there): the list comparison runs at C speed, the same objects compare at once."""
+    k = len(old) - 1
+    return k if k > 0 and len(new) > k and new[:k] == old[:k] else 0
 
 
 def _issues(arguments: str, schema: Any) -> list[str]:

@@ -38,6 +38,9 @@ Example:
 
 from __future__ import annotations
 
+import re
+import re._constants as _sre_c
+import re._parser as _sre_p
 import threading
 import weakref
 from collections import OrderedDict
@@ -56,6 +59,8 @@ __all__ = ["LazyMatcher", "accept_piece"]
 
 #: literal trigger indexes kept per vocabulary (least recently used dropped beyond this)
 LITERAL_CACHE = 64
+#: byte-class groupings of the vocabulary kept per vocabulary (least recently used dropped beyond this)
+CLASS_CACHE = 16
 
 _PLACEHOLDER: Stacks = ((-1,),)   # a non-empty stack shown while waiting when the grammar's own stacks are all empty
 
@@ -94,6 +99,8 @@ class _VocabFacts:
                 clean[i] = True
         self.clean = clean     # accept_piece of the whole piece succeeds iff the grammar's mask allows it
         self._literal: OrderedDict[bytes, tuple[np.ndarray, list[np.ndarray]]] = OrderedDict()
+        self._classes: OrderedDict[bytes, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._by_piece: dict[bytes, int] | None = None
         self._lock = threading.Lock()
         self.max_piece = max((len(p) for p in self.pieces), default=0)
 
@@ -122,6 +129,127 @@ class _VocabFacts:
                 while len(self._literal) > LITERAL_CACHE:
                     self._literal.popitem(last=False)
         return got
+
+
+    def clean_by_piece(self) -> dict[bytes, int]:
+        """A clean token for each clean piece (built once)."""
+        with self._lock:
+            if self._by_piece is None:
+                self._by_piece = {p: i for i, p in enumerate(self.pieces) if self.clean[i]}
+            return self._by_piece
+
+    def class_groups(self, table: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens grouped by their piece read through ``table`` (each byte to its class representative):
+        ``(representative token per group, group of every token)``."""
+        with self._lock:
+            got = self._classes.get(table)
+            if got is not None:
+                self._classes.move_to_end(table)
+        if got is None:
+            seen: dict[bytes, int] = {}
+            reps: list[int] = []
+            inverse = np.empty(len(self.pieces), dtype=np.int64)
+            for i, piece in enumerate(self.pieces):
+                k = piece.translate(table)
+                g = seen.get(k)
+                if g is None:
+                    g = seen[k] = len(reps)
+                    reps.append(i)
+                inverse[i] = g
+            got = (np.array(reps, dtype=np.int64), inverse)
+            with self._lock:
+                self._classes[table] = got
+                while len(self._classes) > CLASS_CACHE:
+                    self._classes.popitem(last=False)
+        return got
+
+
+_WORD_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+_CATEGORY = {
+    _sre_c.CATEGORY_DIGIT: frozenset(b"0123456789"), _sre_c.CATEGORY_SPACE: frozenset(b" \t\n\r\f\v"),
+    _sre_c.CATEGORY_WORD: _WORD_BYTES, _sre_c.CATEGORY_LINEBREAK: frozenset(b"\n"),
+}
+_CATEGORY.update({_sre_c.CATEGORY_NOT_DIGIT: _CATEGORY[_sre_c.CATEGORY_DIGIT],
+                  _sre_c.CATEGORY_NOT_SPACE: _CATEGORY[_sre_c.CATEGORY_SPACE],
+                  _sre_c.CATEGORY_NOT_WORD: _WORD_BYTES, _sre_c.CATEGORY_NOT_LINEBREAK: frozenset(b"\n")})
+
+
+def _byte_sets(pattern: re.Pattern, out: list[frozenset[int]]) -> bool:
+    """Every byte set ``pattern`` tests (a literal: its byte alone; a class, a category, a word boundary), added
+    to ``out``; False where its behaviour may depend on more than which of those sets each byte is in (back
+    references, flags that change matching)."""
+    if pattern.flags & ~(re.DOTALL | re.ASCII):
+        return False
+    try:
+        tree = _sre_p.parse(pattern.pattern, pattern.flags)
+    except re.error:  # pragma: no cover - it compiled
+        return False
+
+    def walk(items: Any) -> bool:
+        for op, av in items:
+            if op in (_sre_c.LITERAL, _sre_c.NOT_LITERAL):
+                out.append(frozenset((av,)))
+            elif op is _sre_c.IN:              # one test: is the byte in the class (negated or not)
+                members: set[int] = set()
+                for iop, iav in av:
+                    if iop is _sre_c.LITERAL:
+                        members.add(iav)
+                    elif iop is _sre_c.RANGE:
+                        members.update(range(iav[0], iav[1] + 1))
+                    elif iop is _sre_c.CATEGORY:
+                        members.update(_CATEGORY[iav])
+                    elif iop is not _sre_c.NEGATE:
+                        return False
+                out.append(frozenset(members))
+            elif op is _sre_c.ANY:
+                out.append(frozenset(b"\n"))
+            elif op is _sre_c.CATEGORY:
+                out.append(_CATEGORY[av])
+            elif op is _sre_c.AT:
+                if av in (_sre_c.AT_BOUNDARY, _sre_c.AT_NON_BOUNDARY):
+                    out.append(_WORD_BYTES)
+                elif av in (_sre_c.AT_BEGINNING_LINE, _sre_c.AT_END_LINE, _sre_c.AT_END):
+                    out.append(frozenset(b"\n"))
+            elif op is _sre_c.BRANCH:
+                if not all(walk(b) for b in av[1]):
+                    return False
+            elif op is _sre_c.SUBPATTERN:
+                if av[1] or av[2]:
+                    return False
+                if not walk(av[3]):
+                    return False
+            elif op in (_sre_c.MAX_REPEAT, _sre_c.MIN_REPEAT, _sre_c.POSSESSIVE_REPEAT):
+                if not walk(av[2]):
+                    return False
+            elif op in (_sre_c.ASSERT, _sre_c.ASSERT_NOT):
+                if not walk(av[1]):
+                    return False
+            elif op is _sre_c.ATOMIC_GROUP:
+                if not walk(av):
+                    return False
+            else:
+                return False              # back references and anything else: no grouping
+        return True
+
+    return walk(tree)
+
+
+def _class_table(patterns: Sequence[TriggerPattern]) -> bytes | None:
+    """A byte translation table mapping each byte to the smallest byte no pattern can tell from it (the
+    coarsest partition of the 256 bytes that every tested set is a union of), or None (no exact grouping)."""
+    sets: list[frozenset[int]] = []
+    for p in patterns:
+        if p.literal is not None:
+            sets.extend(frozenset((b,)) for b in set(p.literal))
+        elif not _byte_sets(p.regex, sets):
+            return None
+    uniq = list(dict.fromkeys(sets))
+    sig: dict[tuple[bool, ...], int] = {}
+    table = bytearray(256)
+    for b in range(256):
+        key = tuple(b in st for st in uniq)
+        table[b] = sig.setdefault(key, b)
+    return bytes(table)
 
 
 _FACTS: weakref.WeakKeyDictionary[Vocabulary, _VocabFacts] = weakref.WeakKeyDictionary()
@@ -175,6 +303,8 @@ class LazyMatcher:
         self._probe_cache: tuple[int, int, GrammarMatcher | None, bool] | None = None
         self._version = 0
         self._token_refusals: np.ndarray | None = None
+        self._table: bytes | None | bool = False          # the byte-class table, computed on first need
+        self.searches = 0                                  # trigger searches run (a work counter)
 
     # ---- state ---------------------------------------------------------------------------------------------
     @property
@@ -217,6 +347,7 @@ class LazyMatcher:
         """(pattern index, replay start in buffer coordinates) for the buffer plus ``piece``, or (-1, -1)."""
         buf = self._buf
         n = len(buf)
+        self.searches += 1
         for k, p in enumerate(self.patterns):
             lit = p.literal
             if lit is not None:   # no occurrence in the buffer yet: any is in its tail + the piece
@@ -349,22 +480,51 @@ class LazyMatcher:
         n_buf = len(self._buf)
         taken = set(self.trigger_tokens)
         by_start: dict[int, list[int]] = {}
-        for k, p in enumerate(self.patterns):
-            cands = self._candidates(p)
-            for t in cands:
-                t = int(t)
-                if t in taken:
-                    continue
-                kk, start = self._search(self._pieces[t])
-                if kk != k:
-                    continue   # an earlier pattern wins (it was or will be handled), or none matches here
-                taken.add(t)
-                by_start.setdefault(start, []).append(t)
+        table = self._class_table()
+        if table is not None:
+            # every token whose piece reads the same through the patterns' byte classes searches alike: one
+            # search per group (exact: the patterns only ever test which class a byte is in)
+            reps, inverse = self._facts.class_groups(table)
+            starts = np.full(len(reps), -1, dtype=np.int64)
+            for g, r in enumerate(reps.tolist()):
+                kk, start = self._search(self._pieces[r])
+                if kk >= 0:
+                    starts[g] = start
+            tok_start = starts[inverse]
+            if taken:
+                tok_start[np.fromiter(taken, dtype=np.int64)] = -1
+            hit = np.nonzero(tok_start >= 0)[0]
+            if len(hit):
+                order = np.argsort(tok_start[hit], kind="stable")
+                hit, hs = hit[order], tok_start[hit][order]
+                cuts = np.nonzero(np.diff(hs))[0] + 1
+                for toks_arr, st in zip(np.split(hit, cuts), hs[np.concatenate(([0], cuts))].tolist(), strict=True):
+                    by_start[int(st)] = toks_arr.tolist()
+        else:
+            for k, p in enumerate(self.patterns):
+                cands = self._candidates(p)
+                for t in cands:
+                    t = int(t)
+                    if t in taken:
+                        continue
+                    kk, start = self._search(self._pieces[t])
+                    if kk != k:
+                        continue   # an earlier pattern wins (it was or will be handled), or none matches here
+                    taken.add(t)
+                    by_start.setdefault(start, []).append(t)
         clean = self._facts.clean
         for start, toks in by_start.items():
-            if start >= n_buf:
+            if start > n_buf:                # the replay starts inside the piece: each its own cut
+                cut, fresh_mask = start - n_buf, None
+                by_piece = self._facts.clean_by_piece()
                 for t in toks:
-                    if self._replay(t, self._pieces[t], start) is None:
+                    u = by_piece.get(self._pieces[t][cut:]) if clean[t] else None
+                    if u is not None:        # the cut piece is a clean token's: the grammar's first mask says
+                        if fresh_mask is None:
+                            fresh_mask = self._fresh.mask()
+                        if not fresh_mask[u]:
+                            bad.append(t)
+                    elif self._replay(t, self._pieces[t], start) is None:
                         bad.append(t)
                 continue
             pre = self._fresh.fork()    # the buffered part of the replay, shared by these tokens
@@ -389,6 +549,13 @@ class LazyMatcher:
                 if not accept_piece(m, t, self._pieces[t]):
                     bad.append(t)
         return np.array(sorted(set(bad)), dtype=np.int64)
+
+    def _class_table(self) -> bytes | None:
+        """The patterns' byte-class table (None: all literal, indexed instead; or no exact grouping)."""
+        if self._table is False:
+            self._table = (None if all(p.literal is not None for p in self.patterns)
+                           else _class_table(self.patterns))
+        return self._table          # type: ignore[return-value]
 
     def _candidates(self, p: TriggerPattern) -> Any:
         """Tokens that may complete ``p`` from the current buffer (a superset; exact for literals)."""
