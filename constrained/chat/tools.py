@@ -196,19 +196,7 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     if fmt != "generic" and fmt not in FORMATS:
         raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
-    named = None
-    if isinstance(tool_choice, dict):
-        fn = tool_choice.get("function") if isinstance(tool_choice.get("function"), dict) else tool_choice
-        named = fn.get("name") if isinstance(fn, dict) else None
-        if not isinstance(named, str) or named not in {t.name for t in ts}:
-            raise ToolError(f"tool_choice names an unknown tool: {named!r}")
-        choice = "required"
-        if llama_server_compat:           # json_value(..., "tool_choice", "auto"): an object is a type error
-            choice, named = "auto", None
-    elif tool_choice in ("auto", "none", "required"):
-        choice = tool_choice
-    else:
-        raise ToolError(f"Invalid tool_choice: {tool_choice}")
+    choice, named = _choice(tool_choice, ts, llama_server_compat)
     f = FORMATS["hermes" if fmt == "generic" else fmt]
     parallel = (f.parallel_default if fmt != "generic" else True) if parallel_tool_calls is None \
         else bool(parallel_tool_calls)
