@@ -28,7 +28,8 @@ from . import handler_messages, jinja_env
 from .caps import TemplateCaps, probe_caps
 from .jinja_env import ChatTemplateError
 
-__all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "concat_content_parts", "render"]
+__all__ = ["CHATML_TEMPLATE", "ChatTemplateError", "ChatTemplates", "concat_content_parts", "generation_prompt",
+           "render"]
 
 # common/chat.cpp CHATML_TEMPLATE_SRC
 CHATML_TEMPLATE = (
@@ -295,6 +296,28 @@ class ChatTemplates:
             return self.apply_legacy(messages, add_generation_prompt)
         return self.render_jinja(messages, add_generation_prompt=add_generation_prompt, tools=tools,
                                  enable_thinking=enable_thinking, extra_context=chat_template_kwargs)
+
+
+def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], extra_context: dict[str, Any] | None = None,
+                      enable_thinking: bool = True) -> str:
+    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to the rendered
+    conversation (the text after the two renders' common prefix); ``""`` when the template fails to render.
+
+    >>> generation_prompt(ChatTemplates(CHATML_TEMPLATE), [{"role": "user", "content": "hi"}])
+    '<|im_start|>assistant\\n'
+    """
+    try:
+        prepared = t.prepare_messages(msgs)
+        a = t.render_jinja(prepared, add_generation_prompt=False, extra_context=extra_context,
+                           enable_thinking=enable_thinking)
+        b = t.render_jinja(prepared, add_generation_prompt=True, extra_context=extra_context,
+                           enable_thinking=enable_thinking)
+    except ChatTemplateError:
+        return ""
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return b[i:]
 
 
 def concat_content_parts(parts: list[Any]) -> str:

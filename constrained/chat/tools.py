@@ -297,21 +297,11 @@ def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tupl
 
 
 def _generation_prompt(src: str) -> str:
-    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to a one-message
-    conversation (the parser's start, for :func:`parse_reply`; the server passes the request's own)."""
-    from .template import ChatTemplateError, ChatTemplates
+    """``common_chat_template_generation_prompt`` of a one-message conversation (the parser's start, for
+    :func:`parse_reply`; the server passes the request's own)."""
+    from .template import ChatTemplates, generation_prompt
 
-    t = ChatTemplates(src)
-    msgs = t.prepare_messages([{"role": "user", "content": "hi"}])
-    try:
-        a = t.render_jinja(msgs, add_generation_prompt=False, extra_context={"preserve_reasoning": True})
-        b = t.render_jinja(msgs, add_generation_prompt=True, extra_context={"preserve_reasoning": True})
-    except ChatTemplateError:
-        return ""
-    i = 0
-    while i < min(len(a), len(b)) and a[i] == b[i]:
-        i += 1
-    return b[i:]
+    return generation_prompt(ChatTemplates(src), [{"role": "user", "content": "hi"}], {"preserve_reasoning": True})
 
 
 def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,

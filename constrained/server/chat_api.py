@@ -22,11 +22,12 @@ from sampler.request import json_type_name
 
 from ..chat import ChatTemplateError, ChatTemplates
 from ..chat.reply_parsers import AutoChatParser, ReplySpec, ResponseFormatParser
+from ..chat.template import generation_prompt
 from ..chat.tool_grammar import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
-__all__ = ["REASONING_FORMATS", "chat_params", "generation_prompt", "parser_for", "response_format_grammar"]
+__all__ = ["REASONING_FORMATS", "chat_params", "parser_for", "response_format_grammar"]
 
 
 # common_reasoning_format_from_name's names (chat.cpp:889)
@@ -340,23 +341,6 @@ def response_format_grammar(schema: Any, gen_prompt: str) -> str:
     conv.add_rule("root", f'{_gbnf_literal(gen_prompt)} space space ("```json" space response-format space "```" | '
                           "space response-format space)")
     return conv.format_grammar()
-
-
-def generation_prompt(t: ChatTemplates, msgs: list[dict[str, Any]], kwargs: dict[str, Any],
-                      enable_thinking: bool) -> str:
-    """``common_chat_template_generation_prompt``: what ``add_generation_prompt`` appends to the rendered prompt."""
-    try:
-        prepared = t.prepare_messages(msgs)
-        a = t.render_jinja(prepared, add_generation_prompt=False, extra_context=kwargs,
-                           enable_thinking=enable_thinking)
-        b = t.render_jinja(prepared, add_generation_prompt=True, extra_context=kwargs,
-                           enable_thinking=enable_thinking)
-    except ChatTemplateError:
-        return ""
-    i = 0
-    while i < min(len(a), len(b)) and a[i] == b[i]:
-        i += 1
-    return b[i:]
 
 
 def _response_format_spec(templates: ChatTemplates, gen_prompt: str, extract: bool) -> ReplySpec:

@@ -22,6 +22,7 @@ from constrained.chat.handlers import handler_for
 from constrained.chat.peg import PegFail
 from constrained.chat.tools import detect_format, parse_reply, tool_call_setup_for_template
 from constrained.server.chat_api import chat_params
+from constrained.server.errors import HttpError
 from oracle.render import chat_apply, chat_parse_body
 from oracle.sdist import llama_cpp_source
 from tests.chat.test_qwen3_coder import MIXED, PING, TOOLSETS, WEATHER
@@ -73,7 +74,7 @@ def test_setup_matches_llama_cpp(handler: str, name: str) -> None:
                         body["parallel_tool_calls"] = par
                     theirs = chat_apply(src, body)
                     if "error" in theirs:             # a template that refuses the conversation: both refuse
-                        with pytest.raises(Exception):
+                        with pytest.raises(HttpError):
                             chat_params({**body, "llama_server_compat": True}, t, jinja=True)
                         continue
                     o = chat_params({**body, "llama_server_compat": True}, t, jinja=True)

@@ -117,7 +117,7 @@ def _replies(thinks: bool) -> list[str]:
            _call("ping")]
     if thinks:
         out = [f"I should look it up.\n</think>\n\n{r}" for r in out[:6]] + out + [
-            "only thinking so far", f"Think.</think>{w}", f"Plan<tool_call>\n<function=ping>\n</function>\n</tool_call>"]
+            "only thinking so far", f"Think.</think>{w}", "Plan<tool_call>\n<function=ping>\n</function>\n</tool_call>"]
     return out
 
 
