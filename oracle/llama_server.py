@@ -79,6 +79,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def rss_kb(pid: int) -> int:
+    """A process's resident set size in KiB (``VmRSS`` of ``/proc/<pid>/status``; 0 where it has none)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 def one_thread_unless_told(args: list[str]) -> list[str]:
     """``args`` with ``-t 1`` added where they set no thread count (``-tb`` follows ``-t`` when not given): ggml's
     worker threads spin at their barriers, so two of them on a loaded 2-core machine made a 20-token request take

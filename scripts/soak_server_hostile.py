@@ -30,20 +30,13 @@ os.environ.setdefault("GGML_NO_BACKTRACE", "1")
 
 from constrained.llama import default_model_path  # noqa: E402
 from oracle.cases.server import ours, raw  # noqa: E402
+from oracle.llama_server import rss_kb  # noqa: E402
 
 ARGS = ["-np", "4", "--jinja", "-t", "1", "-tb", "1", "-c", "4096"]
 KINDS = 12
 MAY_FAIL_5XX = {0, 1, 3}      # a deep trigger (500 set-up), the failing lazy grammar (500), NaN (500 as llama-server)
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
-
-
-def rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def hostile(i: int, rng: random.Random) -> tuple[str, str, Any]:

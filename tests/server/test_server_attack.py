@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from oracle.cases.server import events, ours, raw
-from oracle.llama_server import LlamaServer
+from oracle.llama_server import LlamaServer, rss_kb
 
 ARGS = ["-np", "4", "--jinja", "-t", "1", "-tb", "1", "-c", "4096"]
 #: the documented fairness bound: /health and a small request answer within this many seconds while a heavy
@@ -45,14 +45,6 @@ def srv(default_model_path: str):
 def real(default_model_path: str):
     with LlamaServer(_args(default_model_path)) as s:
         yield s
-
-
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
 
 
 def _server_pid(srv: LlamaServer) -> int:
@@ -352,12 +344,12 @@ def _send_big(port: int, n: int, *, chunked: bool = False, header_only: bool = F
 def test_big_body_is_413_as_llama_server(srv: LlamaServer, real: LlamaServer) -> None:
     n = 101 * 1024 * 1024
     r_real, _ = _send_big(real.port, n)
-    rss0 = _rss_kb(_server_pid(srv))
+    rss0 = rss_kb(_server_pid(srv))
     r_ours, dt = _send_big(srv.port, n)
     assert r_real.startswith(b"HTTP/1.1 413") and r_ours.startswith(b"HTTP/1.1 413"), (r_real[:200], r_ours[:200])
     assert b"content-length: 0" in r_ours.lower() and b"connection: close" in r_ours.lower()
     assert dt < 30
-    assert _rss_kb(_server_pid(srv)) - rss0 < 50_000        # refused from Content-Length: never read
+    assert rss_kb(_server_pid(srv)) - rss0 < 50_000        # refused from Content-Length: never read
     _healthy(srv)
     _healthy(real)
 
@@ -370,10 +362,10 @@ def test_announced_big_body_refused_at_once(srv: LlamaServer, size: int) -> None
 
 
 def test_chunked_big_body_refused_while_streaming(srv: LlamaServer) -> None:
-    rss0 = _rss_kb(_server_pid(srv))
+    rss0 = rss_kb(_server_pid(srv))
     resp, _ = _send_big(srv.port, 120 * 1024 * 1024, chunked=True)
     assert resp.startswith(b"HTTP/1.1 413"), resp[:200]
-    assert _rss_kb(_server_pid(srv)) - rss0 < 250_000        # at most the limit held, then freed
+    assert rss_kb(_server_pid(srv)) - rss0 < 250_000        # at most the limit held, then freed
     _healthy(srv)
 
 
@@ -409,11 +401,11 @@ def test_dry_breaker_lists_bounded_memory(srv: LlamaServer) -> None:
 
     for i in range(40):                            # warm-up: the per-vocabulary index, the LRU filled
         one(i)
-    rss0 = _rss_kb(pid)
+    rss0 = rss_kb(pid)
     t0 = time.monotonic()
     for i in range(40, 120):
         one(i)
-    grew = _rss_kb(pid) - rss0
+    grew = rss_kb(pid) - rss0
     assert grew < 40_000, f"RSS grew {grew} kB over 80 distinct breaker lists"
     assert time.monotonic() - t0 < 120
 
@@ -515,9 +507,9 @@ def test_memory_soak_mixed_hostile(srv: LlamaServer) -> None:
 
     t0 = time.monotonic()
     run(0, 100)                                    # warm-up
-    rss0 = _rss_kb(pid)
+    rss0 = rss_kb(pid)
     run(100, 400)
-    grew = _rss_kb(pid) - rss0
+    grew = rss_kb(pid) - rss0
     assert grew < 60_000, f"RSS grew {grew} kB over 300 hostile requests after warm-up"
     assert time.monotonic() - t0 < 240
     _healthy(srv)
@@ -553,11 +545,11 @@ def test_sigterm_exits_within_seconds(default_model_path: str) -> None:
 @pytest.mark.parametrize("mb", [2, 40])
 def test_big_prompt_exceeds_context_as_llama_server(srv: LlamaServer, real: LlamaServer, mb: int) -> None:
     body = {"prompt": "lorem ipsum dolor sit amet " * (mb * 1024 * 1024 // 27), "n_predict": 1}
-    rss0 = _rss_kb(_server_pid(srv))
+    rss0 = rss_kb(_server_pid(srv))
     t0 = time.monotonic()
     st_o, o = _post(srv, "/completion", body, timeout=300)
     dt = time.monotonic() - t0
-    grew = _rss_kb(_server_pid(srv)) - rss0
+    grew = rss_kb(_server_pid(srv)) - rss0
     assert st_o == 400 and o["error"]["type"] == "exceed_context_size_error", o
     if mb == 2:
         st_r, r = _post(real, "/completion", body, timeout=300)
