@@ -29,14 +29,14 @@ def model_paths(default_model_path: str) -> dict[str, str]:
 @pytest.mark.parametrize("model", MODELS)
 def test_same_tokens_as_llama_server(model: str, flag_set: str, model_paths: dict[str, str]) -> None:
     path = model_paths[model]
-    flags = FLAG_SETS[flag_set]
+    flags = [*FLAG_SETS[flag_set], "-t", "1"]   # one thread in both: the suite's speed; same sums on both sides
     args = parse_server_args(flags)
     llm = load_model(path, args)
     base = Params.from_gguf(sampling_metadata(path), base=args.sampling, user_set=args.sampling_user_set)
     n = 0
     bad = []
     try:
-        with LlamaServer(["-m", path, *flags], one_thread=False) as srv:
+        with LlamaServer(["-m", path, *flags]) as srv:
             for bodies in series()[flag_set]:
                 for body, diffs in run_series(srv, llm, base, bodies):
                     n += 1
@@ -52,14 +52,14 @@ def test_n_predict_zero_gives_one_token(default_model_path: str) -> None:
     """llama-server checks the budget after a token is drawn: n_predict 0 still gives one token; -2 is refused
     with the same message."""
     from constrained.llama import generate
-    flags = ["-c", "512"]
+    flags = ["-c", "512", "-t", "1"]
     args = parse_server_args(flags)
     llm = load_model(default_model_path, args)
     base = Params.from_gguf(sampling_metadata(default_model_path), base=args.sampling, user_set=args.sampling_user_set)
     bodies = [{"prompt": "Hello", "n_predict": 0, "temperature": 0},
               {"prompt": "Hello there, friend", "n_predict": 1, "seed": 2, "n_probs": 2}]
     try:
-        with LlamaServer(["-m", default_model_path, *flags], one_thread=False) as srv:
+        with LlamaServer(["-m", default_model_path, *flags]) as srv:
             res = run_series(srv, llm, base, bodies)
             refused = srv.post("/completion", {"prompt": "Hello", "n_predict": -2})
             with pytest.raises(ValueError) as ei:
