@@ -4,7 +4,10 @@ compile / first mask / steady mask / check + accept beside xgrammar, llguidance 
 **Servers** (the default model, ``-c 2048 -np 1 -t 1 -tb 1``, one process each, one after the other): time from
 starting the process until ``/health`` answers 200, a first schema request (16 tokens), the same request again, a
 request with a new schema (30 tokens); ``/completion`` with ``cache_prompt: false``, temperature 0, the same body to
-both. Ours runs under the main venv's python (``python -m constrained.server``), llama-server is the oracle build.
+both. Ours runs under the main venv's python (``python -m constrained.server``) with a bytecode cache (as an
+installed package has; primed before the first start), llama-server is the oracle build. ``--rounds N`` starts each
+N times (order alternating) and reports medians; ``--also-root PATH`` starts a second checkout (e.g. main) beside
+this one, for a before/after in the same run.
 
 **Grammar engines** (the default model's vocabulary, 262,144 tokens on gemma-3; each schema's grammar fresh, per
 engine): *compile* = schema to a matcher ready to mask (ours: ``Grammar.from_json_schema`` + ``matcher()``,
