@@ -52,7 +52,7 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
     def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None,
                  load: ModelLoad | None = None, vocab_load: VocabLoad | None = None) -> None:
         """Load the model and its context (``load``: a :class:`~.loading.ModelLoad` already started, as
-        ``constrained serve`` does while it imports the app; else loaded here, with llama-server's warm-up run).
+        ``constrained serve`` does while it imports the app; else loaded here, warm-up run if ``cfg.warmup``).
         ``vocab_load``: the vocabulary reader that load started (else one is started here)."""
         self.cfg = cfg
         say = progress or (lambda s: None)

@@ -1,6 +1,6 @@
 """The server's model load (constrained/server/loading.py): llama-server's warm-up run leaves nothing behind (the
 same logits bit for bit as a context that never ran it, an empty KV memory), the context settings may come after
-the load started, and ``--no-warmup`` reaches the engine settings."""
+the load started, and ``--warmup`` reaches the engine settings."""
 
 from __future__ import annotations
 
@@ -51,6 +51,6 @@ def test_configure_checks_the_path(default_model_path: str) -> None:
         load.configure(EngineConfig(model_path=default_model_path + ".other"))
 
 
-def test_no_warmup_reaches_the_engine_settings(default_model_path: str) -> None:
-    assert engine_config_from_args(parse_server_args(["-m", default_model_path])).warmup is True
-    assert engine_config_from_args(parse_server_args(["-m", default_model_path, "--no-warmup"])).warmup is False
+def test_warmup_flag_reaches_the_engine_settings(default_model_path: str) -> None:
+    assert engine_config_from_args(parse_server_args(["-m", default_model_path])).warmup is False
+    assert engine_config_from_args(parse_server_args(["-m", default_model_path, "--warmup"])).warmup is True
