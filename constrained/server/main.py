@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -99,6 +100,8 @@ def serve(argv: Sequence[str]) -> int:
         argv, limits = split_limit_flags(argv)
         a = parse_server_args(argv)
         model_path = model_path_from_args(a)
+        if not os.path.isfile(model_path):
+            engine_config_from_args(a, model_path)    # the settings reader's own error for a file it cannot read
     except (FlagError, ConstrainedError, ValueError) as e:
         print(f"constrained serve: {e}", file=sys.stderr)
         return 2
