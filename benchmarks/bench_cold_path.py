@@ -4,7 +4,10 @@ compile / first mask / steady mask / check + accept beside xgrammar, llguidance 
 **Servers** (the default model, ``-c 2048 -np 1 -t 1 -tb 1``, one process each, one after the other): time from
 starting the process until ``/health`` answers 200, a first schema request (16 tokens), the same request again, a
 request with a new schema (30 tokens); ``/completion`` with ``cache_prompt: false``, temperature 0, the same body to
-both. Ours runs under the main venv's python (``python -m constrained.server``), llama-server is the oracle build.
+both. Ours runs under the main venv's python (``python -m constrained.server``) with a bytecode cache (as an
+installed package has; primed before the first start), llama-server is the oracle build. ``--rounds N`` starts each
+N times (order alternating) and reports medians; ``--also-root PATH`` starts a second checkout (e.g. main) beside
+this one, for a before/after in the same run.
 
 **Grammar engines** (the default model's vocabulary, 262,144 tokens on gemma-3; each schema's grammar fresh, per
 engine): *compile* = schema to a matcher ready to mask (ours: ``Grammar.from_json_schema`` + ``matcher()``,
@@ -128,29 +131,47 @@ def _model_path() -> str:
         return out.stdout.strip().splitlines()[-1]
 
 
-def servers() -> None:
-    from oracle.llama_server import build_dir, llama_server_binary
+def _server_env(root: Path) -> dict:
+    """The environment ``constrained serve`` runs in: ``root`` on the path and a bytecode cache (an installed
+    package has its ``.pyc`` files; ``PYTHONDONTWRITEBYTECODE`` would make every start compile ~300 modules, ~0.7
+    s), kept under ``~/.cache/constrained-bench/pyc`` and primed before the first timed start."""
+    env = dict(os.environ, PYTHONPATH=str(root))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(Path.home() / ".cache" / "constrained-bench" / "pyc")
+    subprocess.run([str(MAIN_PY), "-c", "import constrained.server.main, constrained.server.app, uvicorn"],
+                   env=env, check=True, capture_output=True)
+    return env
+
+
+def servers(rounds: int = 1, also_root: str | None = None) -> None:
+    from oracle.llama_server import llama_server_binary
 
     model = _model_path()
-    rows = {}
-    port = _free_port()
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    rows["constrained serve"] = _server_row([str(MAIN_PY), "-m", "constrained.server", "-m", model, *FLAGS,
-                                             "--host", "127.0.0.1", "--port", str(port)], port, env)
     binary = llama_server_binary()
-    port = _free_port()
     env2 = dict(os.environ, LD_LIBRARY_PATH=str(Path(binary).parent) + os.pathsep + os.environ.get("LD_LIBRARY_PATH", ""))
-    rows["llama-server"] = _server_row([str(binary), "-m", model, *FLAGS, "--host", "127.0.0.1", "--port", str(port)],
-                                       port, env2)
-    del build_dir
-    print("\n## Cold path (default model, -c 2048 -np 1 -t 1 -tb 1)\n")
-    print("| | llama-server | constrained serve | ratio |\n|---|---|---|---|")
+    runs: list[tuple[str, list[str] | None, dict]] = [("constrained serve", None, _server_env(ROOT)),
+                                                      ("llama-server", [str(binary)], env2)]
+    if also_root:
+        runs.append((f"constrained serve ({also_root})", None, _server_env(Path(also_root))))
+    rows: dict[str, list[dict[str, float]]] = {}
+    for r in range(rounds):
+        for name, cmd, env in (runs if r % 2 == 0 else runs[::-1]):
+            port = _free_port()
+            argv = [*(cmd or [str(MAIN_PY), "-m", "constrained.server"]), "-m", model, *FLAGS,
+                    "--host", "127.0.0.1", "--port", str(port)]
+            rows.setdefault(name, []).append(_server_row(argv, port, env))
+    print(f"\n## Cold path (default model, -c 2048 -np 1 -t 1 -tb 1; median of {rounds} round(s), order alternating)\n")
+    names = [n for n, _, _ in runs]
+    print("| | " + " | ".join(names) + " | ratio to llama-server |\n|---|" + "---|" * len(names) + "---|")
     for key, label in [("start", "start until /health 200"), ("first", "first schema request"),
                        ("again", "the same schema again"), ("new", "a new schema")]:
-        a, b = rows["llama-server"][key], rows["constrained serve"][key]
-        extra = f" ({int(rows['llama-server'].get(key + '_n', 0))} / {int(rows['constrained serve'].get(key + '_n', 0))} tokens)" \
-            if key != "start" else ""
-        print(f"| {label}{extra} | {a:.2f} s | {b:.2f} s | {b / a:.2f}x |")
+        med = {n: statistics.median(x[key] for x in rows[n]) for n in names}
+        toks = "" if key == "start" else " (" + " / ".join(str(int(rows[n][0].get(key + "_n", 0))) for n in names) + " tokens)"
+        ratios = ", ".join(f"{med[n] / med['llama-server']:.2f}x" for n in names if n != "llama-server")
+        print(f"| {label}{toks} | " + " | ".join(f"{med[n]:.2f} s" for n in names) + f" | {ratios} |")
+    tot = {n: statistics.median(x["start"] + x["first"] for x in rows[n]) for n in names}
+    print("| start + first request | " + " | ".join(f"{tot[n]:.2f} s" for n in names) + " | "
+          + ", ".join(f"{tot[n] / tot['llama-server']:.2f}x" for n in names if n != "llama-server") + " |")
 
 
 def _pct(xs: list[float], p: float) -> float:
@@ -282,10 +303,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--skip-servers", action="store_true")
     ap.add_argument("--skip-engines", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1, help="server rounds (order alternating), medians reported")
+    ap.add_argument("--also-root", help="a second checkout of constrained to start beside this one (before/after)")
     a = ap.parse_args()
     load0 = os.getloadavg()
     if not a.skip_servers:
-        servers()
+        servers(a.rounds, a.also_root)
     if not a.skip_engines:
         engines()
     load1 = os.getloadavg()

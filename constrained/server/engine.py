@@ -24,22 +24,19 @@ Example:
 from __future__ import annotations
 
 import ctypes
-import os
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from llama_cpp import llama_cpp as L
-
-from sampler import Params
 
 from ..errors import ConstrainedError
 from ..vocab import Vocabulary
 from ..vocab.tokenizer import c_tokenize
 from .batch import BatchStep
 from .errors import HttpError
+from .loading import EngineConfig, ModelLoad, VocabLoad, resolved_parallel
 from .prompt_cache import PromptCache
 from .sampling import SlotSampling
 from .scheduler import SlotScheduler
@@ -49,82 +46,31 @@ from .slots import Slot, Task
 __all__ = ["Engine", "EngineConfig"]
 
 
-@dataclass
-class EngineConfig:
-    """The model and context settings (llama-server's flags, already parsed)."""
-
-    model_path: str
-    n_ctx: int = 0                 # 0: the model's training context
-    n_parallel: int = -1           # -1: auto = 4 slots with a unified KV cache
-    n_batch: int = 2048
-    n_ubatch: int = 512
-    flash_attn: str = "auto"       # on | off | auto
-    swa_full: bool = False
-    ctx_checkpoints: int = 32
-    n_threads: int = -1
-    n_threads_batch: int = -1
-    kv_unified: bool | None = None
-    n_predict: int = -1
-    antiprompt: list[str] = field(default_factory=list)
-    sampling: Params = field(default_factory=Params)
-    slot_prompt_similarity: float = 0.1
-    cache_prompt: bool = True
-    checkpoint_min_step: int = 8192
-    cache_ram_mib: int = 8192      # --cache-ram: the host-memory prompt cache (0: off, < 0: no size limit)
-    cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
-
-
 class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
     """The model, its context and the slots; :meth:`submit` queues a task (with its ``n`` children)."""
 
-    def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None,
+                 load: ModelLoad | None = None, vocab_load: VocabLoad | None = None) -> None:
+        """Load the model and its context (``load``: a :class:`~.loading.ModelLoad` already started, as
+        ``constrained serve`` does while it imports the app; else loaded here, warm-up run if ``cfg.warmup``).
+        ``vocab_load``: the vocabulary reader that load started (else one is started here)."""
         self.cfg = cfg
         say = progress or (lambda s: None)
-        if not os.path.isfile(cfg.model_path):
-            raise ConstrainedError(f"model file not found: {cfg.model_path}")
-        from ..llama.model import silence_llama_log
-
-        silence_llama_log()
-        say(f"loading model {cfg.model_path} ...")
-        mp = L.llama_model_default_params()
-        mp.n_gpu_layers = 0
-        self.model = L.llama_model_load_from_file(cfg.model_path.encode(), mp)
-        if not self.model:
-            raise ConstrainedError(f"llama.cpp could not load the model {cfg.model_path}")
+        if load is None:
+            vocab_load = VocabLoad(cfg.model_path)
+            load = ModelLoad(cfg.model_path, say, on_model=vocab_load.start, cfg=cfg)
+            load.run()
+        self.model, self.ctx = load.result()
         self.vocab_ptr = L.llama_model_get_vocab(self.model)
-        # the vocabulary tables and the grammar engine's token index (~0.4 s at 262,144 tokens) are read on a
-        # thread started as soon as the model is loaded (meanwhile the context is created and the server starts
-        # listening); the first request that needs them waits for what is left
-        self._vocab: Vocabulary | None = None
-        self._vocab_error: BaseException | None = None
-        self._vocab_ready = threading.Event()
-        self._vocab_thread = threading.Thread(target=self._load_vocab, args=(_ModelHolder(self, cfg.model_path),),
-                                              daemon=True, name="constrained-vocab")
-        self._vocab_thread.start()
-        n_par = cfg.n_parallel
-        unified = cfg.kv_unified
-        if n_par < 0:                         # -np auto: 4 slots, unified KV (server.cpp:156-161)
-            n_par = 4
-            unified = True if unified is None else unified
-        self.n_parallel = n_par
-        self.kv_unified = bool(unified)
-        cp = L.llama_context_default_params()
+        if vocab_load is None or not vocab_load.started:
+            vocab_load = VocabLoad(cfg.model_path).start(self.model)
+        # the vocabulary tables and the grammar engine's token index are read on a thread started as soon as the
+        # model is loaded (meanwhile the context is created and the server starts listening); the first request
+        # that needs them waits for what is left
+        self._vocab_load = vocab_load
+        self.n_parallel, self.kv_unified = resolved_parallel(cfg.n_parallel, cfg.kv_unified)
+        n_par = self.n_parallel
         self.n_ctx_train = int(L.llama_model_n_ctx_train(self.model))
-        cp.n_ctx = cfg.n_ctx if cfg.n_ctx > 0 else self.n_ctx_train
-        cp.n_batch = cfg.n_batch
-        cp.n_ubatch = min(cfg.n_ubatch, cfg.n_batch)
-        cp.n_seq_max = n_par
-        nt = cfg.n_threads if cfg.n_threads > 0 else max(1, min(4, os.cpu_count() or 1))
-        ntb = cfg.n_threads_batch if cfg.n_threads_batch > 0 else nt
-        cp.n_threads = nt
-        cp.n_threads_batch = ntb
-        cp.flash_attn_type = {"on": 1, "off": 0, "auto": -1}.get(cfg.flash_attn, -1)
-        cp.swa_full = cfg.swa_full            # as llama-server: the cache layout changes the logits
-        cp.kv_unified = self.kv_unified
-        cp.no_perf = True
-        self.ctx = L.llama_init_from_model(self.model, cp)
-        if not self.ctx:
-            raise ConstrainedError("llama.cpp could not create the context")
         self.n_ctx = int(L.llama_n_ctx(self.ctx))
         self.n_ctx_slot = int(L.llama_n_ctx_seq(self.ctx))
         self.n_batch = int(L.llama_n_batch(self.ctx))
@@ -157,40 +103,11 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         self.lock = threading.Lock()          # guards slot snapshots for /slots
         say(f"model loaded: {self.n_vocab} tokens, n_ctx {self.n_ctx} ({n_par} slots of {self.n_ctx_slot})")
 
-    def _load_vocab(self, holder: Any) -> None:
-        try:
-            self._vocab = Vocabulary.from_llama(holder)
-        except BaseException as err:  # noqa: BLE001 - raised again by the first request that needs it
-            self._vocab_error = err
-        finally:
-            self._vocab_ready.set()
-        if self._vocab is not None:
-            from ..grammar.tokenindex import vocab_index
-
-            vocab_index(self._vocab)     # under its lock: a grammar compiled meanwhile waits instead of building twice
-            try:                         # first use of the converter, the GBNF parser and the mask kernels
-                from ..grammar import Grammar
-
-                m = Grammar.from_json_schema({"type": "object"}).matcher(self._vocab)
-                m.mask()
-                m.accept_token(int(m.mask().argmax()))
-                m.mask()
-            except Exception:  # noqa: BLE001, S110 - a warm-up only; the request that needs it reports errors
-                pass
-            import gc
-
-            gc.freeze()                  # as freeze_loaded_heap: the tables join the collector's permanent generation
-
     @property
     def vocab(self) -> Vocabulary:
         """The model's vocabulary (waits for the loader thread the first time)."""
-        v = self._vocab
-        if v is None:
-            self._vocab_ready.wait()
-            if self._vocab_error is not None:
-                raise ConstrainedError(f"reading the vocabulary failed: {self._vocab_error}") from self._vocab_error
-            v = self._vocab
-        return v
+        v = self._vocab_load.vocab
+        return v if v is not None else self._vocab_load.vocabulary()
 
     @property
     def eog_ids(self) -> list[int]:
@@ -421,14 +338,3 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
 
 
 _WAKE = object()      # wakes the worker loop for a control request
-
-
-class _ModelHolder:
-    """What :meth:`Vocabulary.from_llama` reads: ``_model.vocab`` and ``model_path``."""
-
-    def __init__(self, eng: Engine, path: str) -> None:
-        class _M:
-            vocab = eng.vocab_ptr
-        self._model = _M()
-        self.model_path = path
-        self._engine = eng

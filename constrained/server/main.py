@@ -9,45 +9,63 @@ Example:
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..errors import ConstrainedError, FlagError
 from ..llama.flags import ServerArgs, parse_server_args
-from .app import build_app
-from .engine import EngineConfig
-from .state import ServerConfig, ServerState
 
-__all__ = ["config_from_args", "freeze_loaded_heap", "main", "serve"]
+if TYPE_CHECKING:
+    from .loading import EngineConfig
+    from .state import ServerConfig
+
+__all__ = ["config_from_args", "engine_config_from_args", "freeze_loaded_heap", "main", "model_path_from_args", "serve"]
 
 
-def config_from_args(a: ServerArgs) -> ServerConfig:
-    """The engine and server settings for a parsed command line (the default model when there is no ``-m``)."""
+def model_path_from_args(a: ServerArgs) -> str:
+    """The GGUF to serve: ``-m``, else the default model."""
+    if a.model:
+        return a.model
+    from ..llama.model import default_model_path
+
+    return str(default_model_path())
+
+
+def engine_config_from_args(a: ServerArgs, model: str | None = None) -> EngineConfig:
+    """The model and context settings for a parsed command line (``model``: :func:`model_path_from_args`,
+    found here when not given)."""
     from sampler import Params
 
     from ..vocab.gguf_meta import sampling_metadata
+    from .loading import EngineConfig
 
-    model = a.model
-    if not model:
-        from ..llama.model import default_model_path
-
-        model = default_model_path()
+    model = model or model_path_from_args(a)
     sampling = Params.from_gguf(sampling_metadata(model), base=a.sampling, user_set=a.sampling_user_set)
     n_par, unified = a.resolved_parallel()
     nt, ntb = a.resolved_threads()
+    return EngineConfig(model_path=model, n_ctx=a.n_ctx, n_parallel=n_par, n_batch=a.n_batch, n_ubatch=a.n_ubatch,
+                        flash_attn=a.flash_attn, swa_full=a.swa_full, ctx_checkpoints=a.n_ctx_checkpoints,
+                        n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
+                        sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
+                        cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
+                        cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots, warmup=a.warmup)
+
+
+def config_from_args(a: ServerArgs, engine: EngineConfig | None = None) -> ServerConfig:
+    """The engine and server settings for a parsed command line (``engine``: from :func:`engine_config_from_args`,
+    computed here when not given)."""
+    from .state import ServerConfig
+
+    eng = engine if engine is not None else engine_config_from_args(a)
     tmpl = a.chat_template
     if a.chat_template_file:
         p = Path(a.chat_template_file)
         if not p.is_file():
             raise FlagError(f"error: failed to open file '{a.chat_template_file}'")
         tmpl = p.read_text(encoding="utf-8")
-    eng = EngineConfig(model_path=model, n_ctx=a.n_ctx, n_parallel=n_par, n_batch=a.n_batch, n_ubatch=a.n_ubatch,
-                       flash_attn=a.flash_attn, swa_full=a.swa_full, ctx_checkpoints=a.n_ctx_checkpoints,
-                       n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
-                       sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
-                       cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
-                       cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots)
     kwargs = dict(a.chat_template_kwargs)
     if a.reasoning in ("on", "off"):            # --reasoning on|off: enable_thinking for every template
         kwargs["enable_thinking"] = a.reasoning == "on"
@@ -81,7 +99,31 @@ def serve(argv: Sequence[str]) -> int:
     try:
         argv, limits = split_limit_flags(argv)
         a = parse_server_args(argv)
-        cfg = config_from_args(a)
+        model_path = model_path_from_args(a)
+        if not os.path.isfile(model_path):
+            engine_config_from_args(a, model_path)    # the settings reader's own error for a file it cannot read
+    except (FlagError, ConstrainedError, ValueError) as e:
+        print(f"constrained serve: {e}", file=sys.stderr)
+        return 2
+
+    def progress(msg: str) -> None:
+        print(f"constrained serve: {msg}", file=sys.stderr, flush=True)
+
+    # the model, its context and llama-server's warm-up run load on a thread (C calls without the GIL) while the
+    # rest of the settings are read and the server's Python code is imported below; the vocabulary reader starts
+    # as soon as the model is there
+    from .loading import ModelLoad, VocabLoad
+
+    vocab_load = VocabLoad(model_path)
+    try:
+        load = ModelLoad(model_path, progress, on_model=vocab_load.start).start()
+    except ConstrainedError as e:
+        print(f"constrained serve: {e}", file=sys.stderr)
+        return 3
+    try:
+        eng_cfg = engine_config_from_args(a, model_path)
+        load.configure(eng_cfg)
+        cfg = config_from_args(a, eng_cfg)
         cfg.tags = tags
         for k, v in limits.items():
             setattr(cfg, k, v)
@@ -93,12 +135,11 @@ def serve(argv: Sequence[str]) -> int:
     except ImportError:
         print("constrained serve needs the server extra: pip install 'constrained[server]'", file=sys.stderr)
         return 2
-
-    def progress(msg: str) -> None:
-        print(f"constrained serve: {msg}", file=sys.stderr, flush=True)
+    from .app import build_app
+    from .state import ServerState
 
     try:
-        state = ServerState.load(cfg, progress)
+        state = ServerState.load(cfg, progress, load=load, vocab_load=vocab_load)
     except ConstrainedError as e:
         print(f"constrained serve: {e}", file=sys.stderr)
         return 3

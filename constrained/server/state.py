@@ -78,8 +78,10 @@ class ServerState:
         self.ready = True
 
     @classmethod
-    def load(cls, cfg: ServerConfig, progress: Any = None) -> ServerState:
-        eng = Engine(cfg.engine, progress)
+    def load(cls, cfg: ServerConfig, progress: Any = None, load: Any = None, vocab_load: Any = None) -> ServerState:
+        """The engine (``load`` / ``vocab_load``: a model load already started, see :class:`.engine.Engine`) and
+        the server state, with the model thread running."""
+        eng = Engine(cfg.engine, progress, load=load, vocab_load=vocab_load)
         eng.start()
         return cls(cfg, eng)
 

@@ -77,9 +77,18 @@ def test_refusals_name_the_flag(argv: list[str], message: str) -> None:
 
 
 def test_harmless_flags_are_recorded() -> None:
-    a = parse_server_args(["-ngl", "99", "--log-disable", "--no-warmup", "-lv", "3", "--numa", "distribute"])
-    assert a.ignored == ("--log-disable", "--no-warmup", "--numa")
+    a = parse_server_args(["-ngl", "99", "--log-disable", "--no-perf", "-lv", "3", "--numa", "distribute"])
+    assert a.ignored == ("--log-disable", "--no-perf", "--numa")
     assert a.n_gpu_layers == "99"
+
+
+def test_warmup_flag() -> None:
+    # --warmup / --no-warmup (common/arg.cpp: params.warmup): the empty run before serving; llama-server's default
+    # is on, ours off (a documented deviation: no output changes, tests/server/test_loading.py)
+    assert parse_server_args([]).warmup is False
+    assert parse_server_args(["--warmup"]).warmup is True
+    assert parse_server_args(["--no-warmup"]).warmup is False
+    assert parse_server_args(["--no-warmup", "--warmup"]).warmup is True
 
 
 def test_verbosity_above_9_is_verbose() -> None:
