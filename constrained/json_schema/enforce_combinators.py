@@ -20,6 +20,7 @@ from .numbers import number_dfas
 from .regex import (
     Unsupported,
 )
+from .resources import registry
 
 #: enums with more values than this spell each number one way only (the alternative spellings' automata made a
 #: 5,000-value enum take minutes)
@@ -222,10 +223,31 @@ class CombinatorMixin:
                 base = jsonschema.Draft202012Validator
                 if self.strict_integer:
                     base = jsonschema.validators.extend(base, type_checker=jsonschema.Draft4Validator.TYPE_CHECKER)
-                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER)
+                # remote $refs from the resources given, normalised as read here (never the network)
+                self._registry = registry(lambda uri: self.remote[uri] if self.load_ok(uri) else None)
+                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER, registry=self._registry)
             except Exception:  # noqa: BLE001 - not a schema jsonschema can use
                 self._validator = False
         return self._validator
+
+    def load_ok(self, uri: str) -> bool:
+        """Whether the remote document ``uri`` can be read (and is now in ``self.remote``)."""
+        ids = self.id_index()
+        try:
+            if ids is not None:
+                self.load_remote(uri, uri, ids)
+        except Unsupported:
+            return False
+        return uri in self.remote
+
+    def value_check(self, v: Any, s: Any, p: str) -> Any:
+        """A validator for one schema of a flattened conjunction without its const/enum/allOf/$ref; one inside a
+        remote document (its path is ``<uri>#/...``) resolves its own references in that document."""
+        schema = {k: x for k, x in s.items() if k not in _VALUE_FREE} if isinstance(s, dict) else s
+        if p.startswith("#"):
+            return v.evolve(schema=schema)
+        # jsonschema's own descent into a reference hands the target's resolver the same way
+        return v.evolve(schema=schema, _resolver=self._registry.resolver(base_uri=p.split("#", 1)[0]))
 
     def kept_values(self, m: _Merged, allowed: set[str], path: str) -> list[Any]:
         """The listed values of ``m`` that are of the ``allowed`` types and satisfy the whole conjunction."""
@@ -246,8 +268,7 @@ class CombinatorMixin:
                         # against its own enum costs n^2)
                         # each schema of the flattened conjunction without its allOf/$ref (their targets are in
                         # the list): a $ref to an enum would check every value against every value again
-                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in _VALUE_FREE}
-                                           if isinstance(s, dict) else s) for s, _p in self.flatten(m.subs)]
+                        checks = [self.value_check(v, s, p) for s, p in self.flatten(m.subs)]
                     ok = all(c.is_valid(val) for c in checks)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True
