@@ -25,6 +25,9 @@ from .resources import registry
 #: enums with more values than this spell each number one way only (the alternative spellings' automata made a
 #: 5,000-value enum take minutes)
 MAX_SPELLED_VALUES = 64
+#: an overlapping oneOf branch made exclusive by "one of my keys the other branch forbids is present" lists at
+#: most this many keys (each is an alternative rule; fewer keys = a smaller subset of the branch: sound)
+MAX_KEY_ALTERNATIVES = 8
 _VALUE_FREE = frozenset(("const", "enum", "allOf", "$ref"))
 
 
@@ -129,10 +132,16 @@ class CombinatorMixin:
                         extra = None  # branch j holds for every value: branch i is never the only one
                         break
                     extra += [{"anyOf": g} for g in groups]
-                elif (ms[i].types is None or ms[i].types <= {"object"}) and (
-                        own := [k for k in ms[j].required if k not in ms[i].required]):
-                    # only keys branch i does not require itself (else the negation would empty branch i)
-                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in own]}]
+                elif (ms[i].types is None or ms[i].types <= {"object"}) and (alternatives := [
+                        # a key branch j requires is missing (only keys branch i does not require itself, else
+                        # the negation would empty branch i)
+                        *({"properties": {k: False}} for k in ms[j].required if k not in ms[i].required),
+                        # or a key of branch i that branch j forbids is present (additionalProperties: false
+                        # without it, or a false property); the first MAX_KEY_ALTERNATIVES only (each one is a
+                        # rule of its own: fewer of them is a smaller subset of "not j", still sound)
+                        *({"required": [k]} for k in [k for k in self.declared_keys(ms[i])
+                                                       if self.forbids(ms[j], k)][:MAX_KEY_ALTERNATIVES])]):
+                    extra += [{"type": "object"}, {"anyOf": alternatives}]
                 else:
                     return None
             plans.append(extra)
@@ -186,6 +195,16 @@ class CombinatorMixin:
                     continue  # required/properties say nothing about the values of other types
                 return False
         return True
+
+    @staticmethod
+    def declared_keys(x: _Merged) -> list[str]:
+        """The keys ``x`` may hold by name: its required keys, then the ``properties`` not ``false``, in order."""
+        out: list[str] = [k for k in x.required if isinstance(k, str)]
+        for mem in x.members:
+            for k, sub in mem["props"].items():
+                if sub[0] is not False and k not in out:
+                    out.append(k)
+        return out
 
     @staticmethod
     def forbids(x: _Merged, key: str) -> bool:
