@@ -31,6 +31,20 @@ MAX_KEY_ALTERNATIVES = 8
 _VALUE_FREE = frozenset(("const", "enum", "allOf", "$ref"))
 
 
+def _spellings(x: Any) -> list[Any]:
+    """The values a listed value may be read back as: an integral number both as an int (``7``) and as a float
+    (``7.0``, ``7e0``), which draft 4's integer type tells apart."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf") \
+            and float(x).is_integer():
+        out: list[Any] = [int(x)]
+        try:
+            out.append(float(x))
+        except OverflowError:
+            pass
+        return out
+    return [x]
+
+
 class CombinatorMixin:
     def apply_not(self, m: _Merged, sch: Any, path: str, allowed: set[str]) -> set[str]:
         if sch is True or sch == {}:
@@ -126,6 +140,16 @@ class CombinatorMixin:
             for j in range(len(alts)):
                 if j == i or self.disjoint([alts[i], alts[j]], types):
                     continue
+                if ms[i].values is not None:
+                    # listed values: those branch j refuses (jsonschema decides, as for const/enum siblings)
+                    kept = self.refused_by(ms[i].values, alts[j])
+                    if kept is None:
+                        return None
+                    extra.append({"enum": kept})
+                    continue
+                if ms[j].values is not None and all(not isinstance(v, (list, dict)) for v in ms[j].values):
+                    extra.append({"not": {"enum": ms[j].values}})  # not one of j's values: a subset of "not j"
+                    continue
                 groups = self.not_groups(alts[j][0])
                 if groups is not None:
                     if any(not g for g in groups):
@@ -195,6 +219,20 @@ class CombinatorMixin:
                     continue  # required/properties say nothing about the values of other types
                 return False
         return True
+
+    def refused_by(self, values: list[Any], alt: Sub) -> list[Any] | None:
+        """The ``values`` that the schema ``alt`` refuses (jsonschema, the declared dialect's types and formats);
+        None when it cannot judge them."""
+        v = self.validator()
+        if not v:
+            return None
+        s, p = alt
+        try:
+            check = v.evolve(schema=s) if p.startswith("#") else \
+                v.evolve(schema=s, _resolver=self._registry.resolver(base_uri=p.split("#", 1)[0]))
+            return [x for x in values if not any(check.is_valid(y) for y in _spellings(x))]
+        except Exception:  # noqa: BLE001 - an unresolvable reference, a pattern Python cannot read
+            return None
 
     @staticmethod
     def declared_keys(x: _Merged) -> list[str]:

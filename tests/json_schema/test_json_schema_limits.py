@@ -171,6 +171,16 @@ ONEOF_CASES = [
     {"oneOf": [{"type": "object", "required": ["a", "b"], "properties": {"a": {"minLength": 2}}},
                {"type": "object", "required": ["b"], "properties": {"b": {"type": "integer"}}},
                {"type": "object", "required": ["c"]}]},
+    # session 8: closed objects with no required key overlap on {} and on their common keys: each branch holds a
+    # key the others forbid (the SchemaStore idiom oneOf [{$ref: a}, {$ref: b}] over closed definitions)
+    {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}, "c": {}}, "additionalProperties": False},
+               {"type": "object", "properties": {"b": {"type": "integer"}, "c": {}}, "additionalProperties": False}]},
+    {"oneOf": [{"properties": {"a": {"type": "string"}}, "additionalProperties": False},
+               {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
+    {"type": "array", "items": {"oneOf": [
+        {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 1},
+        {"type": "object", "properties": {"b": {}, "c": {}}, "additionalProperties": False},
+        {"type": "object", "properties": {"d": {}}, "additionalProperties": False, "required": ["d"]}]}},
 ]
 
 
