@@ -181,6 +181,11 @@ ONEOF_CASES = [
         {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 1},
         {"type": "object", "properties": {"b": {}, "c": {}}, "additionalProperties": False},
         {"type": "object", "properties": {"d": {}}, "additionalProperties": False, "required": ["d"]}]}},
+    # listed values beside other branches: the values the others refuse (jsonschema judges, every spelling of a
+    # number: 7.0 is written "7", an integer from draft 6 on and never in draft 4), the others without the values
+    {"oneOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"enum": ["abc", "ABC", 3]}]},
+    {"oneOf": [{"type": "integer", "minimum": 3}, {"enum": [1, 2.0, 5, 7.0, "x"]}]},
+    {"oneOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}, {"const": 2}]},  # draft 4: no const, the last is {}
 ]
 
 
