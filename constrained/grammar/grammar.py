@@ -147,12 +147,14 @@ class Grammar:
 
     @classmethod
     def from_json_schema(cls, schema: Any, *, strict: bool = False, enforce: str = "llama.cpp",
-                         limits: GbnfLimits = DEFAULT_LIMITS) -> Grammar:
+                         limits: GbnfLimits = DEFAULT_LIMITS, resources: Any = None) -> Grammar:
         """The grammar llama-server builds for a JSON schema (``json_schema_to_grammar``), with ``unenforced`` set.
 
         ``strict=True`` raises SchemaError instead when some keyword is not enforced. ``enforce="all"`` builds a
         grammar that enforces every keyword a grammar can (number bounds, full regex patterns, formats, ...) instead
-        of llama.cpp's text; what stays unenforced is still in ``unenforced``.
+        of llama.cpp's text; what stays unenforced is still in ``unenforced``. ``resources`` (``enforce="all"``):
+        the documents of remote ``$ref``s, a mapping URI -> schema or a function (never fetched; see
+        ``constrained.json_schema.resources``).
 
         >>> Grammar.from_json_schema({"type": "array", "items": {"type": "boolean"}}).unenforced
         ()
@@ -163,7 +165,7 @@ class Grammar:
             SchemaError: an invalid schema (with ``.path``), a keyword left unenforced under ``strict``, a grammar
                 that llama.cpp builds but cannot load either, or one beyond ``limits`` (the message names the limit).
         """
-        result = convert_json_schema(schema, enforce=enforce)
+        result = convert_json_schema(schema, enforce=enforce, resources=resources)
         if strict and result.unenforced:
             first = result.unenforced[0]
             listing = "\n".join(f"  {k}" for k in result.unenforced)

@@ -35,6 +35,7 @@ from .dialect import dialect_of
 from .json_text import load, path_of, u
 from .nodes import KEYWORDS, SELECTORS, Keyword
 from .report import UnenforcedKeyword, collect, dialect_report
+from .resources import Resources
 
 __all__ = [
     "ENFORCE_MODES", "JSON_OBJECT_SCHEMA", "KEYWORDS", "SELECTORS", "Keyword", "SchemaConversion", "UnenforcedKeyword",
@@ -166,11 +167,15 @@ ENFORCE_MODES = ("llama.cpp", "all")
 """``enforce=``: ``"llama.cpp"`` is llama.cpp's exact grammar text; ``"all"`` enforces every keyword a grammar can."""
 
 
-def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConversion:
+def convert_json_schema(schema: Any, enforce: str = "llama.cpp", *,
+                        resources: Resources | None = None) -> SchemaConversion:
     """Convert a schema (dict, JSON text or bytes, or a pydantic model class) and report what is not enforced.
 
     ``enforce="all"`` builds our own grammar instead of llama.cpp's (see ``json_schema.enforce``): every keyword a
-    context-free grammar can express is enforced, the rest is reported.
+    context-free grammar can express is enforced, the rest is reported. ``resources`` (``enforce="all"`` only): the
+    documents remote ``$ref``s name, a mapping URI -> schema or a function (``json_schema.resources``); nothing is
+    ever fetched, a URI they lack stays a reported ``$ref``. llama.cpp mode ignores them (llama-server resolves no
+    remote reference either).
 
     Raises SchemaError (with llama.cpp's message and ``.path``) where llama.cpp refuses the schema, and also where
     the grammar would accept nothing (a ``$ref`` cycle with no way out).
@@ -185,7 +190,7 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp") -> SchemaConver
 
         value = load(schema, exact=True)
         with _recursion_headroom():
-            gbnf, report, annotations = convert_enforced_annotated(value)
+            gbnf, report, annotations = convert_enforced_annotated(value, resources)
         return SchemaConversion(gbnf, report, (), annotations=annotations, dialect=dialect_of(value))
     widened: list[int] = []
     value = load(schema, widened=widened)

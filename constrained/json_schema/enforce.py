@@ -58,6 +58,7 @@ from .regex import (
     signature,
 )
 from .report import UnenforcedKeyword
+from .resources import Resources, lookup_of
 
 MAX_CONJUNCTIONS = 4500
 """Most conjunctions (a schema with the alternatives chosen around it: one rule body each) built for one schema;
@@ -71,8 +72,11 @@ MAX_NAME = 48
 class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixin):
     """One conversion: the rules built so far, the report, and the generators of the mixins."""
 
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, resources: Resources | None = None) -> None:
         self.original = root  # for jsonschema (the declared dialect)
+        self.resources = resources  # remote documents by URI (json_schema.resources), never fetched
+        self.lookup = lookup_of(resources)
+        self.remote: dict[str, Any] = {}  # URI -> the normalised remote document read
         self.dialect = dialect_of(root)
         self.root = normalized(root, self.dialect)
         self.strict_integer = not fraction_integers(self.dialect)
@@ -205,16 +209,17 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         return alts[0] if len(alts) == 1 else " | ".join(f"( {a} )" for a in alts)
 
 
-def convert_enforced(value: Any) -> tuple[str, tuple[UnenforcedKeyword, ...]]:
-    """GBNF text enforcing ``value`` (a normalised JSON schema) as fully as a grammar can, and what it does not."""
-    gbnf, report, _annotations = convert_enforced_annotated(value)
+def convert_enforced(value: Any, resources: Resources | None = None) -> tuple[str, tuple[UnenforcedKeyword, ...]]:
+    """GBNF text enforcing ``value`` (a normalised JSON schema) as fully as a grammar can, and what it does not.
+    ``resources``: the documents of remote ``$ref``s by URI (``json_schema.resources``; never fetched)."""
+    gbnf, report, _annotations = convert_enforced_annotated(value, resources)
     return gbnf, report
 
 
-def convert_enforced_annotated(value: Any) -> tuple[str, tuple[UnenforcedKeyword, ...],
-                                                    tuple[UnenforcedKeyword, ...]]:
+def convert_enforced_annotated(value: Any, resources: Resources | None = None) -> tuple[
+        str, tuple[UnenforcedKeyword, ...], tuple[UnenforcedKeyword, ...]]:
     """``convert_enforced`` plus the keywords that are annotations in the schema's dialect (``format: color``)."""
-    e = _Enforcer(value)
+    e = _Enforcer(value, resources)
     try:
         root = e.gen([(e.root, "#")], "root")
     except RecursionError:

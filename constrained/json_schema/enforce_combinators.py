@@ -20,11 +20,29 @@ from .numbers import number_dfas
 from .regex import (
     Unsupported,
 )
+from .resources import registry
 
 #: enums with more values than this spell each number one way only (the alternative spellings' automata made a
 #: 5,000-value enum take minutes)
 MAX_SPELLED_VALUES = 64
+#: an overlapping oneOf branch made exclusive by "one of my keys the other branch forbids is present" lists at
+#: most this many keys (each is an alternative rule; fewer keys = a smaller subset of the branch: sound)
+MAX_KEY_ALTERNATIVES = 8
 _VALUE_FREE = frozenset(("const", "enum", "allOf", "$ref"))
+
+
+def _spellings(x: Any) -> list[Any]:
+    """The values a listed value may be read back as: an integral number both as an int (``7``) and as a float
+    (``7.0``, ``7e0``), which draft 4's integer type tells apart."""
+    if isinstance(x, (int, float)) and not isinstance(x, bool) and x == x and abs(x) != float("inf") \
+            and float(x).is_integer():
+        out: list[Any] = [int(x)]
+        try:
+            out.append(float(x))
+        except OverflowError:
+            pass
+        return out
+    return [x]
 
 
 class CombinatorMixin:
@@ -122,16 +140,32 @@ class CombinatorMixin:
             for j in range(len(alts)):
                 if j == i or self.disjoint([alts[i], alts[j]], types):
                     continue
+                if ms[i].values is not None:
+                    # listed values: those branch j refuses (jsonschema decides, as for const/enum siblings)
+                    kept = self.refused_by(ms[i].values, alts[j])
+                    if kept is None:
+                        return None
+                    extra.append({"enum": kept})
+                    continue
+                if ms[j].values is not None and all(not isinstance(v, (list, dict)) for v in ms[j].values):
+                    extra.append({"not": {"enum": ms[j].values}})  # not one of j's values: a subset of "not j"
+                    continue
                 groups = self.not_groups(alts[j][0])
                 if groups is not None:
                     if any(not g for g in groups):
                         extra = None  # branch j holds for every value: branch i is never the only one
                         break
                     extra += [{"anyOf": g} for g in groups]
-                elif (ms[i].types is None or ms[i].types <= {"object"}) and (
-                        own := [k for k in ms[j].required if k not in ms[i].required]):
-                    # only keys branch i does not require itself (else the negation would empty branch i)
-                    extra += [{"type": "object"}, {"anyOf": [{"properties": {k: False}} for k in own]}]
+                elif (ms[i].types is None or ms[i].types <= {"object"}) and (alternatives := [
+                        # a key branch j requires is missing (only keys branch i does not require itself, else
+                        # the negation would empty branch i)
+                        *({"properties": {k: False}} for k in ms[j].required if k not in ms[i].required),
+                        # or a key of branch i that branch j forbids is present (additionalProperties: false
+                        # without it, or a false property); the first MAX_KEY_ALTERNATIVES only (each one is a
+                        # rule of its own: fewer of them is a smaller subset of "not j", still sound)
+                        *({"required": [k]} for k in [k for k in self.declared_keys(ms[i])
+                                                       if self.forbids(ms[j], k)][:MAX_KEY_ALTERNATIVES])]):
+                    extra += [{"type": "object"}, {"anyOf": alternatives}]
                 else:
                     return None
             plans.append(extra)
@@ -186,6 +220,30 @@ class CombinatorMixin:
                 return False
         return True
 
+    def refused_by(self, values: list[Any], alt: Sub) -> list[Any] | None:
+        """The ``values`` that the schema ``alt`` refuses (jsonschema, the declared dialect's types and formats);
+        None when it cannot judge them."""
+        v = self.validator()
+        if not v:
+            return None
+        s, p = alt
+        try:
+            check = v.evolve(schema=s) if p.startswith("#") else \
+                v.evolve(schema=s, _resolver=self._registry.resolver(base_uri=p.split("#", 1)[0]))
+            return [x for x in values if not any(check.is_valid(y) for y in _spellings(x))]
+        except Exception:  # noqa: BLE001 - an unresolvable reference, a pattern Python cannot read
+            return None
+
+    @staticmethod
+    def declared_keys(x: _Merged) -> list[str]:
+        """The keys ``x`` may hold by name: its required keys, then the ``properties`` not ``false``, in order."""
+        out: list[str] = [k for k in x.required if isinstance(k, str)]
+        for mem in x.members:
+            for k, sub in mem["props"].items():
+                if sub[0] is not False and k not in out:
+                    out.append(k)
+        return out
+
     @staticmethod
     def forbids(x: _Merged, key: str) -> bool:
         """Whether no object of ``x`` has ``key``: a member whose properties give it ``false``, or that does not
@@ -222,10 +280,31 @@ class CombinatorMixin:
                 base = jsonschema.Draft202012Validator
                 if self.strict_integer:
                     base = jsonschema.validators.extend(base, type_checker=jsonschema.Draft4Validator.TYPE_CHECKER)
-                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER)
+                # remote $refs from the resources given, normalised as read here (never the network)
+                self._registry = registry(lambda uri: self.remote[uri] if self.load_ok(uri) else None)
+                self._validator = base(self.root, format_checker=cls.FORMAT_CHECKER, registry=self._registry)
             except Exception:  # noqa: BLE001 - not a schema jsonschema can use
                 self._validator = False
         return self._validator
+
+    def load_ok(self, uri: str) -> bool:
+        """Whether the remote document ``uri`` can be read (and is now in ``self.remote``)."""
+        ids = self.id_index()
+        try:
+            if ids is not None:
+                self.load_remote(uri, uri, ids)
+        except Unsupported:
+            return False
+        return uri in self.remote
+
+    def value_check(self, v: Any, s: Any, p: str) -> Any:
+        """A validator for one schema of a flattened conjunction without its const/enum/allOf/$ref; one inside a
+        remote document (its path is ``<uri>#/...``) resolves its own references in that document."""
+        schema = {k: x for k, x in s.items() if k not in _VALUE_FREE} if isinstance(s, dict) else s
+        if p.startswith("#"):
+            return v.evolve(schema=schema)
+        # jsonschema's own descent into a reference hands the target's resolver the same way
+        return v.evolve(schema=schema, _resolver=self._registry.resolver(base_uri=p.split("#", 1)[0]))
 
     def kept_values(self, m: _Merged, allowed: set[str], path: str) -> list[Any]:
         """The listed values of ``m`` that are of the ``allowed`` types and satisfy the whole conjunction."""
@@ -246,8 +325,7 @@ class CombinatorMixin:
                         # against its own enum costs n^2)
                         # each schema of the flattened conjunction without its allOf/$ref (their targets are in
                         # the list): a $ref to an enum would check every value against every value again
-                        checks = [v.evolve(schema={k: x for k, x in s.items() if k not in _VALUE_FREE}
-                                           if isinstance(s, dict) else s) for s, _p in self.flatten(m.subs)]
+                        checks = [self.value_check(v, s, p) for s, p in self.flatten(m.subs)]
                     ok = all(c.is_valid(val) for c in checks)
                 except Exception:  # noqa: BLE001 - an unresolvable sibling
                     ok = True

