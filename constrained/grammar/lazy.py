@@ -271,8 +271,9 @@ class LazyMatcher:
     ``Grammar.matcher(vocab, trigger_patterns=..., trigger_tokens=...)``.
 
     Raises (at construction):
-        TriggerPatternError: a pattern std::regex refuses (llama-server: HTTP 400 "Failed to initialize samplers")
-            or one whose libstdc++ behaviour is not reproduced.
+        TriggerPatternError: a pattern std::regex refuses (llama-server: HTTP 400 "Failed to initialize samplers"),
+            one whose libstdc++ behaviour is not reproduced, or one beyond the backtracking budget
+            (TriggerPatternBudgetError).
         ValueError: a trigger token out of the vocabulary's range.
     """
 

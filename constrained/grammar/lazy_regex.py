@@ -36,7 +36,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import TriggerPatternError
+from ..errors import TriggerPatternBudgetError, TriggerPatternError
 
 __all__ = ["TriggerPattern", "TriggerPatternError", "regex_escape"]
 
@@ -472,7 +472,7 @@ class TriggerPattern:
             why = "a lookahead" if parser.lookahead else (
                 "a capture group and a repetition of something that can match empty" if linear is not None else
                 "more than the linear engine builds")
-            raise TriggerPatternError(
+            raise TriggerPatternBudgetError(
                 f"trigger pattern {source!r}: needs a backtracking search ({why}) and has "
                 + ("a quantifier or '|' inside a repetition" if parser.nested else
                    "more than one repetition" if parser.repeats > 1 else
