@@ -19,6 +19,15 @@ references, ``\\cX``, ``\\0`` before a digit, collating ``[[.a.]]`` / equivalenc
 1000); std::regex's own refusals are refused too. ``tests/grammar/test_lazy_regex.py`` checks every construct against
 std::regex itself (``oracle/lazy.py``).
 
+**Linear time.** The same translation is also written for RE2 (bytes as Latin-1 characters) and RE2 runs the
+search (:attr:`TriggerPattern.engine` ``"linear"``): work linear in the text, where a backtracking engine (std::regex,
+Python's ``re``) is exponential on shapes such as ``(a+)+$``. RE2 is leftmost-first and sets the groups as
+backtracking does except after the last, empty iteration of a repetition of something that can match empty
+(``x(a?)*`` on ``xa``: libstdc++ and Python report the group empty, RE2 ``a``); with a capture group such a pattern
+is ``"checked"`` (RE2 finds the leftmost start, which every engine agrees on; ``re`` reads the groups of that one
+match); a lookahead is ``"backtrack"`` (``re`` alone). Those two are held to ``BACKTRACK_CHOICES`` and refused
+beyond it (:class:`~constrained.errors.TriggerPatternBudgetError`).
+
 :attr:`TriggerPattern.reach` bounds how far past its start a match can look (None: unbounded); it lets the lazy
 matcher search only the tail of the buffer that a new token can complete.
 
