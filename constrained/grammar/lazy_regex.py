@@ -65,7 +65,7 @@ def _re2_compile(text: bytes) -> Any:
     opts = re2.Options()
     opts.encoding = re2.Options.Encoding.LATIN1
     opts.log_errors = False
-    opts.max_mem = 32 << 20
+    opts.max_mem = 4 << 20      # per pattern: the program and the DFA cache (RE2 falls back to its NFA past it)
     try:
         return re2.compile(text, opts)
     except re2.error:
