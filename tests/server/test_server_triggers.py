@@ -56,7 +56,6 @@ def test_trigger_positions_as_llama_server(pair: tuple[LlamaServer, LlamaServer]
     for p in PATTERNS:
         st_r, got_r = _post(r, _lazy(p))
         st_o, got_o = _post(o, _lazy(p))
-        print(p, st_r, (got_r.get("content") or got_r["error"]["message"])[:80].encode(), got_o.get("content", "")[:80].encode())
         assert st_o == 200, (p, got_o)
         if st_r == 200:
             assert got_o["content"] == got_r["content"], (p, got_o["content"], got_r["content"])
@@ -69,7 +68,7 @@ def test_trigger_positions_as_llama_server(pair: tuple[LlamaServer, LlamaServer]
     assert same >= 6 and fired >= 3, (same, fired, threw)
 
 
-HOSTILE = [r"(a+)+$", r"(\w+\s?)+$", r"(.*a){8}x", r"((ab|a)*)+c"]
+HOSTILE = [r"(a+)+$", r"(\w+\s?)+$", r"(.*a){8}x", r"((ab|a)+)+c"]
 
 
 @pytest.mark.parametrize("pattern", HOSTILE)
