@@ -69,6 +69,7 @@ def run(srv: LlamaServer, seconds: float, n_normal: int) -> dict[str, Any]:
     lat: list[float] = []
     health: list[float] = []
     hostile: collections.Counter[str] = collections.Counter()
+    took: dict[int, float] = {}      # the longest answer of each hostile kind, seconds
     lock = threading.Lock()
 
     def normal() -> None:
@@ -87,9 +88,11 @@ def run(srv: LlamaServer, seconds: float, n_normal: int) -> dict[str, Any]:
         i = 0
         while not stop.is_set():
             m, p, b = reqs[i % len(reqs)]
+            t0 = time.monotonic()
             st = _req(srv.port, m, p, b, timeout=120)
             with lock:
                 hostile[f"{i % len(reqs)}:{st}"] += 1
+                took[i % len(reqs)] = max(took.get(i % len(reqs), 0.0), time.monotonic() - t0)
             i += 1
 
     def poll() -> None:
@@ -118,6 +121,7 @@ def run(srv: LlamaServer, seconds: float, n_normal: int) -> dict[str, Any]:
     return {"normal_per_s": len(lat) / dt, "n_normal": len(lat), "p50": q(lat, 0.5), "p99": q(lat, 0.99),
             "max": lat[-1] if lat else float("nan"), "health_p99": q(health, 0.99),
             "health_max": health[-1] if health else float("nan"), "hostile": dict(sorted(hostile.items())),
+            "hostile_s": {k: round(v, 2) for k, v in sorted(took.items())},
             "healthy_after": _req(srv.port, "GET", "/health", timeout=30) == 200}
 
 
@@ -128,6 +132,7 @@ def main() -> None:
     a = ap.parse_args()
     model = default_model_path()
     out = {}
+    print(f"load average at start: {os.getloadavg()[0]:.2f} (2 cores shared; a figure under load is marked so)")
     for name, mk in (("llama-server", lambda: LlamaServer(["-m", model, *ARGS])),
                      ("constrained", lambda: ours(["-m", model, *ARGS]))):
         with mk() as srv:
@@ -137,6 +142,11 @@ def main() -> None:
               f"p99 {r['p99']:.2f} s max {r['max']:.2f} s | /health p99 {r['health_p99']:.3f} s "
               f"max {r['health_max']:.3f} s | healthy after: {r['healthy_after']}", flush=True)
         print(f"{'':13s} hostile (index:status -> count): {r['hostile']}", flush=True)
+        print(f"{'':13s} hostile longest answer by index, s: {r['hostile_s']} | load {os.getloadavg()[0]:.2f}",
+              flush=True)
+    a_, b_ = out["constrained"], out["llama-server"]
+    print(f"ratio ours/llama-server: throughput {a_['normal_per_s'] / b_['normal_per_s']:.2f}, "
+          f"p99 {a_['p99'] / b_['p99']:.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from .errors import (
     SchemaError,
     TokenIdError,
     ToolError,
+    TriggerPatternBudgetError,
     TriggerPatternError,
     VocabularyError,
 )
@@ -43,4 +44,4 @@ def __getattr__(name: str):  # PEP 562: import the heavier modules on first use
 
 __all__ = ["ChatTemplateError", "ConstrainedError", "FlagError", "GenerationError", "GrammarLimitError",
            "GrammarRejectedToken", "GrammarStateError", "GrammarSyntaxError", "SchemaError", "TokenAttr", "TokenIdError",
-           "ToolError", "TriggerPatternError", "Vocabulary", "VocabularyError", *_LAZY]
+           "ToolError", "TriggerPatternBudgetError", "TriggerPatternError", "Vocabulary", "VocabularyError", *_LAZY]

@@ -52,6 +52,12 @@ class TriggerPatternError(GrammarSyntaxError):
     """A lazy grammar's trigger pattern std::regex refuses, or one whose libstdc++ behaviour is not reproduced here."""
 
 
+class TriggerPatternBudgetError(TriggerPatternError):
+    """A trigger pattern std::regex takes but only a backtracking search reproduces exactly, beyond the budget that
+    keeps such a search bounded (``constrained.grammar.lazy_regex.BACKTRACK_CHOICES``); the server answers 400 with
+    this message."""
+
+
 class TokenIdError(ConstrainedError, ValueError, TypeError):
     """A token id that is not an integer (a float, a string, bytes...) or is outside the vocabulary."""
 

@@ -271,8 +271,9 @@ class LazyMatcher:
     ``Grammar.matcher(vocab, trigger_patterns=..., trigger_tokens=...)``.
 
     Raises (at construction):
-        TriggerPatternError: a pattern std::regex refuses (llama-server: HTTP 400 "Failed to initialize samplers")
-            or one whose libstdc++ behaviour is not reproduced.
+        TriggerPatternError: a pattern std::regex refuses (llama-server: HTTP 400 "Failed to initialize samplers"),
+            one whose libstdc++ behaviour is not reproduced, or one beyond the backtracking budget
+            (TriggerPatternBudgetError).
         ValueError: a trigger token out of the vocabulary's range.
     """
 
@@ -305,6 +306,8 @@ class LazyMatcher:
         self._token_refusals: np.ndarray | None = None
         self._table: bytes | None | bool = False          # the byte-class table, computed on first need
         self.searches = 0                                  # trigger searches run (a work counter)
+        self.scanned = 0       # bytes searched by RE2 (a work counter: RE2's work is at most this times the pattern)
+        self.backtracked = 0   # searches by Python's backtracking re alone (lookahead patterns, within the budget)
 
     # ---- state ---------------------------------------------------------------------------------------------
     @property
@@ -357,18 +360,16 @@ class LazyMatcher:
                 if where >= 0:
                     return k, cut + where
                 continue
-            if p.reach is None:
-                s = p.find(bytes(buf) + piece)
-                if s >= 0:
-                    return k, s
-                continue
-            lo = n - p.reach
-            if lo <= 0:
-                s = p.find(bytes(buf) + piece)
-                off = 0
+            if p.reach is None or n - p.reach <= 0:
+                text, pos, off = bytes(buf) + piece, 0, 0
             else:   # one byte before the window keeps \b right and ^ off
-                s = p.find(bytes(buf[lo - 1:]) + piece, 1)
-                off = lo - 1
+                off = n - p.reach - 1
+                text, pos = bytes(buf[off:]) + piece, 1
+            if p.engine == "backtrack":
+                self.backtracked += 1
+            else:
+                self.scanned += len(text) - pos
+            s = p.find(text, pos)
             if s >= 0:
                 return k, s + off
         return -1, -1

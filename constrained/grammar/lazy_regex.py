@@ -19,6 +19,15 @@ references, ``\\cX``, ``\\0`` before a digit, collating ``[[.a.]]`` / equivalenc
 1000); std::regex's own refusals are refused too. ``tests/grammar/test_lazy_regex.py`` checks every construct against
 std::regex itself (``oracle/lazy.py``).
 
+**Linear time.** The same translation is also written for RE2 (bytes as Latin-1 characters) and RE2 runs the
+search (:attr:`TriggerPattern.engine` ``"linear"``): work linear in the text, where a backtracking engine (std::regex,
+Python's ``re``) is exponential on shapes such as ``(a+)+$``. RE2 is leftmost-first and sets the groups as
+backtracking does except after the last, empty iteration of a repetition of something that can match empty
+(``x(a?)*`` on ``xa``: libstdc++ and Python report the group empty, RE2 ``a``); with a capture group such a pattern
+is ``"checked"`` (RE2 finds the leftmost start, which every engine agrees on; ``re`` reads the groups of that one
+match); a lookahead is ``"backtrack"`` (``re`` alone). Those two are held to ``BACKTRACK_CHOICES`` and refused
+beyond it (:class:`~constrained.errors.TriggerPatternBudgetError`).
+
 :attr:`TriggerPattern.reach` bounds how far past its start a match can look (None: unbounded); it lets the lazy
 matcher search only the tail of the buffer that a new token can complete.
 
@@ -34,12 +43,33 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
-from ..errors import TriggerPatternError
+from ..errors import TriggerPatternBudgetError, TriggerPatternError
 
 __all__ = ["TriggerPattern", "TriggerPatternError", "regex_escape"]
 
 MAX_COUNT = 1000
+#: the budget of a pattern only a backtracking engine searches exactly (a lookahead; or a capture group and a
+#: repetition of something that can match empty): at most this many choice points (quantifiers and ``|``), at most
+#: one repetition with max > 1, and none inside a repetition; beyond it the pattern is refused
+BACKTRACK_CHOICES = 8
+
+
+def _re2_compile(text: bytes) -> Any:
+    """The RE2 program for ``text`` (Latin-1: one character per byte), or None where RE2 cannot build it."""
+    try:
+        import re2
+    except ImportError:   # pragma: no cover - a dependency
+        return None
+    opts = re2.Options()
+    opts.encoding = re2.Options.Encoding.LATIN1
+    opts.log_errors = False
+    opts.max_mem = 4 << 20      # per pattern: the program and the DFA cache (RE2 falls back to its NFA past it)
+    try:
+        return re2.compile(text, opts)
+    except re2.error:
+        return None
 
 
 def regex_escape(word: str) -> str:
@@ -71,10 +101,10 @@ def _signed(b: int) -> int:
     return b - 256 if b >= 0x80 else b
 
 
-def _class_text(members: frozenset[int] | set[int]) -> bytes:
-    """A Python bytes character class for exactly ``members`` (``(?!)`` for none)."""
+def _class_text(members: frozenset[int] | set[int], re2: bool = False) -> bytes:
+    """A bytes character class for exactly ``members`` (none: ``(?!)`` for Python, an empty RE2 class)."""
     if not members:
-        return b"(?!)"
+        return rb"[^\x00-\xff]" if re2 else b"(?!)"
     if len(members) == 256:
         return rb"[\x00-\xff]"
     out = bytearray(b"[")
@@ -93,11 +123,13 @@ def _class_text(members: frozenset[int] | set[int]) -> bytes:
 
 @dataclass
 class _Node:
-    text: bytes        # Python regex text
+    text: bytes        # regex text (Python's ``re``, or RE2's when the parser writes RE2)
     cons: int | None   # most bytes consumed (None: unbounded)
     reach: int | None  # most bytes looked at from the node's start, consumed or peeked (None: unbounded)
     atom: bool = True  # can take a quantifier directly
     literal: bytes | None = None  # exactly these bytes, no group, no assertion
+    nul: bool = False  # can match the empty string
+    choice: bool = False  # holds a quantifier or an alternation (a backtracking choice point)
 
 
 def _add(a: int | None, b: int | None) -> int | None:
@@ -109,12 +141,18 @@ def _max(a: int | None, b: int | None) -> int | None:
 
 
 class _Parser:
-    def __init__(self, src: str) -> None:
+    def __init__(self, src: str, re2: bool = False) -> None:
         self.src = src
         self.p = src.encode("utf-8", "surrogateescape")
         self.i = 0
         self.groups = 0
         self.look = 0  # lookahead nesting
+        self.re2 = re2            # write RE2 syntax (bytes as Latin-1 characters) instead of Python's
+        self.lookahead = False    # a (?= or (?! group: no linear engine takes it
+        self.nullable_loop = False  # a repetition (max > 1) of something that can match empty
+        self.nested = False       # a repetition (max > 1) of something holding a quantifier or an alternation
+        self.choices = 0          # quantifiers and alternations
+        self.repeats = 0          # quantifiers with max > 1
 
     def error(self, what: str) -> TriggerPatternError:
         return TriggerPatternError(f"trigger pattern {self.src!r}: {what} (at byte {self.i})")
@@ -136,11 +174,13 @@ class _Parser:
             alts.append(self.alternative())
         if len(alts) == 1:
             return alts[0]
+        self.choices += len(alts) - 1
         cons: int | None = 0
         reach: int | None = 0
         for a in alts:
             cons, reach = _max(cons, a.cons), _max(reach, a.reach)
-        return _Node(b"(?:" + b"|".join(a.text for a in alts) + b")", cons, reach)
+        return _Node(b"(?:" + b"|".join(a.text for a in alts) + b")", cons, reach,
+                     nul=any(a.nul for a in alts), choice=True)
 
     def alternative(self) -> _Node:
         parts: list[_Node] = []
@@ -153,7 +193,8 @@ class _Parser:
             cons = _add(cons, n.cons)
         lit = b"".join(n.literal for n in parts) if all(n.literal is not None for n in parts) else None
         text = b"".join(n.text for n in parts)
-        return _Node(text if len(parts) == 1 else b"(?:" + text + b")", cons, reach, True, lit)
+        return _Node(text if len(parts) == 1 else b"(?:" + text + b")", cons, reach, True, lit,
+                     all(n.nul for n in parts), any(n.choice for n in parts))
 
     def term(self) -> _Node:
         c = self.p[self.i]
@@ -161,24 +202,27 @@ class _Parser:
             # libstdc++ runs a lookahead from a sub-executor whose begin is the lookahead's position: there ^ matches
             # and \b sees no previous character when the search started at 0
             raise self.error("^, \\b and \\B inside a lookahead are not supported (libstdc++ misplaces them)")
+        end = rb"\z" if self.re2 else rb"\Z"
         if c == 0x5E:  # ^
             self.i += 1
-            return self.no_quantifier(_Node(b"^", 0, 0, False))
+            return self.no_quantifier(_Node(b"^", 0, 0, False, nul=True))
         if c == 0x24:  # $
             self.i += 1
-            return self.no_quantifier(_Node(rb"\Z", 0, 1, False))
+            return self.no_quantifier(_Node(end, 0, 1, False, nul=True))
         if c == 0x5C and self.peek(1) in (0x62, 0x42):  # \b \B
             self.i += 2
-            return self.no_quantifier(_Node(rb"\b" if self.p[self.i - 1] == 0x62 else rb"(?:\B|\A\Z)", 0, 1, False))
+            return self.no_quantifier(_Node(rb"\b" if self.p[self.i - 1] == 0x62 else rb"(?:\B|\A" + end + b")",
+                                            0, 1, False, nul=True))
         if c == 0x28 and self.peek(1) == 0x3F and self.peek(2) in (0x3D, 0x21):  # (?= (?!
             neg = self.peek(2) == 0x21
             self.i += 3
             self.look += 1
+            self.lookahead = True
             inner = self.disjunction()
             self.look -= 1
             self.expect_close()
             return self.no_quantifier(_Node((b"(?!" if neg else b"(?=") + inner.text + b")", 0, inner.reach,
-                                            False))
+                                            False, nul=True, choice=inner.choice))
         atom = self.atom()
         return self.quantifiers(atom)
 
@@ -201,12 +245,12 @@ class _Parser:
                 self.i += 3
                 inner = self.disjunction()
                 self.expect_close()
-                return _Node(b"(?:" + inner.text + b")", inner.cons, inner.reach)
+                return _Node(b"(?:" + inner.text + b")", inner.cons, inner.reach, nul=inner.nul, choice=inner.choice)
             self.i += 1
             self.groups += 1
             inner = self.disjunction()
             self.expect_close()
-            return _Node(b"(" + inner.text + b")", inner.cons, inner.reach)
+            return _Node(b"(" + inner.text + b")", inner.cons, inner.reach, nul=inner.nul, choice=inner.choice)
         if c in (0x2A, 0x2B, 0x3F):
             raise self.error("nothing to repeat")
         if c == 0x7B:
@@ -215,21 +259,24 @@ class _Parser:
             raise self.error("unbalanced ')'")
         if c == 0x2E:  # .
             self.i += 1
-            return _Node(_class_text(_ALL - {0x0A, 0x0D}), 1, 1)
+            return _Node(_class_text(_ALL - {0x0A, 0x0D}, self.re2), 1, 1)
         if c == 0x5B:
             return self.bracket()
         if c == 0x5C:
             self.i += 1
             kind, value = self.escape(in_class=False)
             if kind == "set":
-                return _Node(_class_text(value), 1, 1)
+                return _Node(_class_text(value, self.re2), 1, 1)
             return self.byte(value)
         self.i += 1
         return self.byte(c)
 
-    @staticmethod
-    def byte(b: int) -> _Node:
-        return _Node(re.escape(bytes([b])), 1, 1, True, bytes([b]))
+    def byte(self, b: int) -> _Node:
+        if self.re2:   # RE2 takes a backslash only before punctuation it knows: every non-alphanumeric as \xHH
+            text = bytes([b]) if 0x30 <= b <= 0x39 or 0x41 <= b <= 0x5A or 0x61 <= b <= 0x7A else b"\\x%02x" % b
+        else:
+            text = re.escape(bytes([b]))
+        return _Node(text, 1, 1, True, bytes([b]))
 
     def escape(self, in_class: bool) -> tuple[str, object]:
         """After a backslash: ("byte", b) or ("set", members)."""
@@ -290,7 +337,7 @@ class _Parser:
                 members.update(lo)
         if negate:
             members = set(_ALL) - members
-        return _Node(_class_text(members), 1, 1)
+        return _Node(_class_text(members, self.re2), 1, 1)
 
     def class_atom(self) -> int | frozenset[int]:
         c = self.p[self.i]
@@ -353,6 +400,11 @@ class _Parser:
             lazy = self.peek() == 0x3F
             if lazy:
                 self.i += 1
+            self.choices += 1
+            if hi is None or hi > 1:
+                self.repeats += 1
+                self.nullable_loop |= node.nul
+                self.nested |= node.choice
             q = {(0, None): b"*", (1, None): b"+", (0, 1): b"?"}.get((lo, hi))
             if q is None:
                 q = b"{%d}" % lo if hi == lo else b"{%d,}" % lo if hi is None else b"{%d,%d}" % (lo, hi)
@@ -366,7 +418,7 @@ class _Parser:
             else:
                 cons = node.cons * hi
                 reach = _add(node.cons * (hi - 1), node.reach)
-            node = _Node(body + q + (b"?" if lazy else b""), cons, reach, False)
+            node = _Node(body + q + (b"?" if lazy else b""), cons, reach, False, nul=lo == 0 or node.nul, choice=True)
 
 
 # [\s\S]*?(LITERAL)[\s\S]*, optionally anchored: matches iff LITERAL occurs; the group starts at an occurrence
@@ -388,6 +440,13 @@ class TriggerPattern:
         last: with ``literal``, the replay starts at the last occurrence, not the first (a greedy ``[\\s\\S]*``
             before the group).
         groups: the number of capture groups.
+        linear: the same pattern on RE2 (a linear-time engine: work bounded by the text's length times the
+            pattern's size), or None (a lookahead, or more than RE2 builds).
+        engine: ``"linear"``: RE2 answers alone (exact: leftmost-first, the capture groups as libstdc++'s
+            backtracking sets them); ``"checked"``: RE2 says whether and where the leftmost match starts, Python's
+            backtracking ``re`` then reads the capture groups of that one match (a repetition of something that can
+            match empty: its last, empty iteration is libstdc++'s and Python's, not RE2's); ``"backtrack"``:
+            Python's ``re`` alone (a lookahead), within the budget ``BACKTRACK_CHOICES``.
     """
 
     source: str
@@ -397,6 +456,8 @@ class TriggerPattern:
     literal: bytes | None
     groups: int
     last: bool = False
+    linear: Any = None
+    engine: str = "backtrack"
 
     @classmethod
     def compile(cls, source: str) -> TriggerPattern:
@@ -409,6 +470,23 @@ class TriggerPattern:
             regex = re.compile(node.text, re.DOTALL)
         except re.error as e:  # pragma: no cover - the translation only emits valid Python syntax
             raise TriggerPatternError(f"trigger pattern {source!r}: {e}") from e
+        linear = None if parser.lookahead else _re2_compile(_Parser(source, re2=True).parse().text)
+        if linear is not None:
+            engine = "checked" if parser.groups and parser.nullable_loop else "linear"
+        else:
+            engine = "backtrack"
+        if engine != "linear" and (parser.nested or parser.repeats > 1 or parser.choices > BACKTRACK_CHOICES):
+            # the shapes whose backtracking is exponential or of high degree: std::regex takes them and may search
+            # for minutes (every slot waits); refused here, a documented deviation
+            why = "a lookahead" if parser.lookahead else (
+                "a capture group and a repetition of something that can match empty" if linear is not None else
+                "more than the linear engine builds")
+            raise TriggerPatternBudgetError(
+                f"trigger pattern {source!r}: needs a backtracking search ({why}) and has "
+                + ("a quantifier or '|' inside a repetition" if parser.nested else
+                   "more than one repetition" if parser.repeats > 1 else
+                   f"more than {BACKTRACK_CHOICES} quantifiers and '|'")
+                + ", whose backtracking can take exponential time: refused")
         literal = node.literal if parser.groups == 0 and node.literal else None
         last = False
         shape = _WORD_SHAPE.fullmatch(source)
@@ -421,11 +499,10 @@ class TriggerPattern:
             if lit_node is not None and inner.groups == 0 and lit_node.literal:
                 literal, last = lit_node.literal, shape.group(2) != "?"
         return cls(source, regex, source.startswith("^") and source.endswith("$"),
-                   None if node.reach is None else node.reach + 1, literal, parser.groups, last)
+                   None if node.reach is None else node.reach + 1, literal, parser.groups, last, linear, engine)
 
-    @staticmethod
-    def _start(m: re.Match) -> int:
-        for i in range(1, (m.re.groups or 0) + 1):
+    def _start(self, m: Any) -> int:
+        for i in range(1, self.groups + 1):
             s, e = m.span(i)
             if e > s:
                 return s
@@ -437,9 +514,17 @@ class TriggerPattern:
         ``pos`` > 0 skips match starts before it (the caller knows none can be there); a whole-text match is
         still tried when the pattern allows it.
         """
+        lin = self.linear
         if self.full_first and (self.reach is None or len(text) <= self.reach):
-            m = self.regex.fullmatch(text)
+            m = self.regex.fullmatch(text) if lin is None else lin.fullmatch(text)
             if m is not None:
-                return self._start(m)
-        m = self.regex.search(text, pos)
+                return self._start(m if self.engine != "checked" else self.regex.fullmatch(text))
+        if lin is None:
+            m = self.regex.search(text, pos)
+        else:
+            m = lin.search(text, pos)
+            if m is not None and self.engine == "checked":
+                # the leftmost start is the same for every engine; the groups of the match there are
+                # backtracking's (anchored at that start, where a match is known to exist)
+                m = self.regex.match(text, m.start())
         return -1 if m is None else self._start(m)

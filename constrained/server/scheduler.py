@@ -22,7 +22,7 @@ from llama_cpp import llama_cpp as L
 from sampler import Sampler
 from sampler.reasoning_budget import INT_MAX, ReasoningBudget
 
-from ..errors import ConstrainedError
+from ..errors import ConstrainedError, TriggerPatternBudgetError
 from ..grammar import Grammar
 from ..llama.slot import common_prefix
 from .errors import HttpError
@@ -203,6 +203,9 @@ class SlotScheduler:
                     if p.generation_prompt and p.grammar_type in ("tool_calls", "output_format"):
                         self._prefill(slot.matcher, p.generation_prompt)
             slot.sampler.rbudget = self._reasoning_budget(p)
+        except TriggerPatternBudgetError as e:   # ours (llama-server takes it and may backtrack for minutes)
+            self._error(task, HttpError(f"Failed to initialize samplers: {e}", "invalid_request_error"))
+            return False
         except ConstrainedError:
             self._error(task, HttpError("Failed to initialize samplers: failed to parse grammar",
                                         "invalid_request_error"))
