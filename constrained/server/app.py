@@ -14,18 +14,19 @@ Example:
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
 from .anthropic_api import AnthropicShape, anthropic_to_chat
-from .bodies import error_response, json_response, read_body, too_large_response
+from .bodies import error_response, json_response, read_body, read_raw, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
@@ -33,6 +34,7 @@ from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
 from .slot_actions import SlotAction, parse_slot_id, valid_filename
 from .state import ServerState
+from .streams import stoull
 from .task import TaskParams
 from .work import HEAVY_BYTES, offload
 
@@ -73,7 +75,7 @@ def build_app(state: ServerState) -> Starlette:
                 return error_response(HttpError("This server does not support changing global properties. Start it with "
                                       "`--props`", "not_supported_error"))
             return json_response({"success": True})
-        base = TaskParams(sampling=eng.cfg.sampling, n_predict=eng.cfg.n_predict)
+        base = TaskParams(sampling=eng.cfg.sampling, n_predict=eng.cfg.n_predict, n_keep=eng.cfg.n_keep)
         base.reasoning_format = "none"
         t = state.templates
         out = {
@@ -353,6 +355,48 @@ def build_app(state: ServerState) -> Starlette:
         # server.cpp res_403: /cors-proxy and /tools without --ui-mcp-proxy / --tools
         return json_response({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, 403)
 
+    # ------------------------------------------------------------------ resumable streams (server-stream.cpp)
+    async def stream_get(request: Request) -> Response:
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            raise HttpError("Missing conversation id in path", "invalid_request_error")
+        session = state.streams.get(conv)
+        if session is None:
+            raise HttpError("Stream not found or expired", "not_found_error")
+        start = 0
+        raw_from = request.query_params.get("from", "")
+        if raw_from:
+            try:
+                start = stoull(raw_from)
+            except ValueError:
+                raise HttpError("Invalid 'from' offset", "invalid_request_error") from None
+        if start < session.dropped:
+            raise HttpError("Stream offset lost, please restart", "invalid_request_error")
+
+        async def replay() -> Any:
+            async for chunk in session.read(start):
+                yield chunk
+        return StreamingResponse(replay(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+
+    async def streams_lookup(request: Request) -> Response:
+        raw_body = await read_raw(request, cfg.max_body)
+        try:
+            body = json.loads(raw_body)
+        except ValueError as e:
+            return json_response({"error": {"message": f"invalid body: {e}", "type": "invalid_request_error"}}, 400)
+        ids = []
+        if isinstance(body, dict) and isinstance(body.get("conversation_ids"), list):
+            ids = [v for v in body["conversation_ids"] if isinstance(v, str) and v]
+        return json_response(state.streams.lookup(ids))
+
+    async def stream_delete(request: Request) -> Response:
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            raise HttpError("Missing conversation id in path", "invalid_request_error")
+        if not state.streams.evict_and_cancel(conv):
+            log(f"stop on unknown stream session, conv_id={conv} matched nothing")
+        return Response(b"", status_code=204, media_type="application/json")
+
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:
             try:
@@ -386,6 +430,9 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/messages/count_tokens", wrap(anthropic_count_tokens), methods=["POST"]),
         Route("/v1/responses", wrap(responses), methods=["POST"]), Route("/responses", wrap(responses), methods=["POST"]),
         Route("/v1/responses/input_tokens", wrap(responses_input_tokens), methods=["POST"]),
+        Route("/v1/stream", wrap(stream_get), methods=["GET"]),
+        Route("/v1/stream", wrap(stream_delete), methods=["DELETE"]),
+        Route("/v1/streams/lookup", wrap(streams_lookup), methods=["POST"]),
         # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
         # --slot-save-path (refused): llama-server's 501s
         *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),

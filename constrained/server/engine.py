@@ -72,6 +72,8 @@ class EngineConfig:
     checkpoint_min_step: int = 8192
     cache_ram_mib: int = 8192      # --cache-ram: the host-memory prompt cache (0: off, < 0: no size limit)
     cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
+    ctx_shift: bool = False        # --context-shift: a full slot drops half of what follows n_keep (pre_decode)
+    n_keep: int = 0                # --keep: the default n_keep of a request
 
 
 class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
@@ -132,6 +134,12 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         self.n_swa = int(L.llama_model_n_swa(self.model))
         self.mem = L.llama_get_memory(self.ctx)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab_ptr))
+        # server-context.cpp load_model: context shift is turned off where the memory cannot shift (a sliding-window
+        # model without --swa-full: the two caches differ in size)
+        self.ctx_shift = cfg.ctx_shift and bool(L.llama_memory_can_shift(self.mem))
+        if cfg.ctx_shift and not self.ctx_shift:
+            say("ctx_shift is not supported by this context, it will be disabled")
+        self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab_ptr))
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
         self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
         self._pieces: dict[int, bytes] = {}
