@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -39,6 +40,14 @@ from .task import TaskParams
 from .work import HEAVY_BYTES, offload
 
 __all__ = ["ServerState", "build_app"]
+
+#: the routes llama-server answers without waking a sleeping server (``create_response(true)``)
+NO_WAKE = {"/health", "/v1/health", "/metrics", "/models", "/v1/models"}
+
+
+def _no_wake(request: Request) -> bool:
+    p = request.url.path
+    return p in NO_WAKE or (p == "/props" and request.method == "GET")
 
 
 def build_app(state: ServerState) -> Starlette:
@@ -85,7 +94,7 @@ def build_app(state: ServerState) -> Starlette:
             "media_marker": _MEDIA_MARKER, "endpoint_slots": cfg.endpoint_slots,
             "endpoint_props": cfg.endpoint_props, "endpoint_metrics": cfg.endpoint_metrics, "ui": cfg.ui,
             "ui_settings": {}, "chat_template": t.source, "chat_template_caps": _caps(t),
-            "bos_token": t.bos_token, "eos_token": t.eos_token, "build_info": cfg.build_info, "is_sleeping": False,
+            "bos_token": t.bos_token, "eos_token": t.eos_token, "build_info": cfg.build_info, "is_sleeping": eng.sleeping,
             "cors_proxy_enabled": False,
         }
         if cfg.jinja and t.tool_use:
@@ -400,6 +409,8 @@ def build_app(state: ServerState) -> Starlette:
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:
             try:
+                if eng.sleeping and not _no_wake(request):   # create_response(): wake the model first
+                    await asyncio.to_thread(eng.wait_until_no_sleep)
                 return await fn(request)
             except HttpError as e:
                 if e.status == 413:

@@ -48,7 +48,8 @@ def config_from_args(a: ServerArgs) -> ServerConfig:
                        sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
                        cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
                        cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots,
-                       ctx_shift=a.ctx_shift, n_keep=a.n_keep)
+                       ctx_shift=a.ctx_shift, n_keep=a.n_keep, debug=a.verbose,
+                       sleep_idle_seconds=a.sleep_idle_seconds)
     kwargs = dict(a.chat_template_kwargs)
     if a.reasoning in ("on", "off"):            # --reasoning on|off: enable_thinking for every template
         kwargs["enable_thinking"] = a.reasoning == "on"

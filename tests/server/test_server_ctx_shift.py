@@ -100,7 +100,7 @@ def test_context_shift_disabled_as_llama_server(default_model_path: str) -> None
 def test_context_shift_off_on_a_sliding_window_cache(default_model_path: str) -> None:
     # a sliding-window cache smaller than the context cannot shift (llama_memory_can_shift: at -c 2048 the window
     # cache holds 1024 cells), so llama-server turns --context-shift off: the slot stops full
-    prompt = " ".join(f"Night {i}: calm." for i in range(262))
+    prompt = " ".join(f"Night {i}: calm." for i in range(268))
     req = ("POST", "/completion", {"prompt": prompt, "n_predict": 30, "temperature": 0})
     args = ["-m", default_model_path, "-c", "2048", "-np", "1", "-t", "1", "--context-shift"]
     with LlamaServer(args) as real:
