@@ -31,6 +31,7 @@ from .bodies import error_response, json_response, read_body, read_raw, too_larg
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
+from .jsonout import SSE_HEADERS
 from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
 from .slot_actions import SlotAction, parse_slot_id, valid_filename
@@ -385,7 +386,7 @@ def build_app(state: ServerState) -> Starlette:
         async def replay() -> Any:
             async for chunk in session.read(start):
                 yield chunk
-        return StreamingResponse(replay(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+        return StreamingResponse(replay(), headers=SSE_HEADERS)
 
     async def streams_lookup(request: Request) -> Response:
         raw_body = await read_raw(request, cfg.max_body)

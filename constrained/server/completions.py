@@ -24,7 +24,7 @@ from ..chat.reply_parsers import ContentParser, message_json
 from .batch import user_message_starts
 from .bodies import error_response, json_response
 from .errors import HttpError
-from .jsonout import DONE, PING, sse
+from .jsonout import DONE, PING, SSE_HEADERS, sse
 from .results import (
     chat_final,
     chat_partial,
@@ -275,7 +275,7 @@ async def _run_completion(state: ServerState, request: Request, data: dict[str, 
             cancel()
 
     if session is None:
-        return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+        return StreamingResponse(gen(), headers=SSE_HEADERS)
     return _teed(state, session, gen())
 
 
@@ -301,7 +301,7 @@ def _teed(state: ServerState, session: StreamSession, source: Any) -> Response:
         async for chunk in session.read(0, lambda: session.cancelled):
             yield chunk
 
-    resp = StreamingResponse(consume(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+    resp = StreamingResponse(consume(), headers=SSE_HEADERS)
     resp.teed = True      # type: ignore[attr-defined]
     return resp
 
