@@ -83,7 +83,7 @@ def _run(srv: LlamaServer) -> list[Any]:
     out.append(("from-mid", s, rep == live[mid:]))
     s, _, rep = raw(srv, "GET", f"/v1/stream?{QS}&from=%20%2B{mid}junk")       # stoull: " +N..." is N
     out.append(("from-stoull", s, rep == live[mid:]))
-    for q in (f"{QS}&from={len(live) + 5}", f"{QS}&from=-1", f"{QS}&from=", f"{QS}&from=abc",
+    for q in (f"{QS}&from=99999999", f"{QS}&from=-1", f"{QS}&from=", f"{QS}&from=abc",
               f"{QS}&from=99999999999999999999999", "conv_id=", "conv_id=nope", "from=0"):
         s, hd, p = raw(srv, "GET", f"/v1/stream?{q}")
         out.append(("get", q, s, p if s == 200 else json.loads(p)))
