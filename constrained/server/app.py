@@ -371,8 +371,8 @@ def build_app(state: ServerState) -> Starlette:
         if not conv:
             raise HttpError("Missing conversation id in path", "invalid_request_error")
         session = state.streams.get(conv)
-        if session is None:
-            raise HttpError("Stream not found or expired", "not_found_error")
+        if session is None:          # "Stream not found or expired", rewritten by httplib's 404 handler
+            return json_response(middleware_error("File Not Found", "not_found_error", 404), 404)
         start = 0
         raw_from = request.query_params.get("from", "")
         if raw_from:

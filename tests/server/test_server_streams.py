@@ -86,7 +86,7 @@ def _run(srv: LlamaServer) -> list[Any]:
     for q in (f"{QS}&from=99999999", f"{QS}&from=-1", f"{QS}&from=", f"{QS}&from=abc",
               f"{QS}&from=99999999999999999999999", "conv_id=", "conv_id=nope", "from=0"):
         s, hd, p = raw(srv, "GET", f"/v1/stream?{q}")
-        out.append(("get", q, s, p if s == 200 else json.loads(p)))
+        out.append(("get", q, s, _norm_events(p) if s == 200 else json.loads(p)))
     # lookups: only the ids asked for; "<id>" also matches "<id>::<model>"
     lk = _lookup(srv, {"conversation_ids": [CONV, "nope", 5, "", "conv-1"]})
     out.append(("lookup", lk))
