@@ -89,8 +89,9 @@ def _run(srv: LlamaServer) -> list[Any]:
         out.append(("get", q, s, _norm_events(p) if s == 200 else json.loads(p)))
     # lookups: only the ids asked for; "<id>" also matches "<id>::<model>"
     lk = _lookup(srv, {"conversation_ids": [CONV, "nope", 5, "", "conv-1"]})
-    out.append(("lookup", lk))
     assert lk[1] and lk[1][0]["total_bytes"] == len(live), lk
+    out.append(("lookup", lk[0], [(x["conversation_id"], x["is_done"], x["total_bytes"] == len(live), x["times"])
+                                  for x in lk[1]]))
     for b in ({}, {"conversation_ids": "x"}, [CONV], {"conversation_ids": []}, b"{bad"):
         out.append(("lookup", b, _lookup(srv, b)))
     # a request that does not stream, or fails, leaves no session; and it replaces (drops) the one before
