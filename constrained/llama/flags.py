@@ -76,6 +76,7 @@ class ServerArgs:
     cont_batching: bool = True
     n_predict: int = -1
     n_keep: int = 0
+    sleep_idle_seconds: int = -1      # --sleep-idle-seconds: idle this long, the context is freed until a request
     slot_save_path: str = ""          # --slot-save-path: a directory, with a trailing "/" (empty: slot actions off)
     # ---- sampling defaults of every request (common_params_sampling), and the flags the user set
     sampling: Params = field(default_factory=Params)
@@ -186,6 +187,13 @@ def _set(key: str, conv: Callable[[str], Any] = str) -> _H:
     def h(st: _State, v: str) -> None:
         st[key] = conv(v)
     return h
+
+
+def _sleep_seconds(v: str) -> int:
+    n = stoi(v)
+    if n == 0 or n < -1:
+        raise ValueError("invalid value: cannot be 0 or less than -1")
+    return n
 
 
 def _samp(key: str, conv: Callable[[str], Any], user: str | None = None) -> _H:
@@ -340,6 +348,7 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("--cache-reuse",), _set("cache_reuse", stoi)),
     (("-n", "--predict", "--n-predict"), _set("n_predict", stoi)),
     (("--keep",), _set("n_keep", stoi)),
+    (("--sleep-idle-seconds",), _set("sleep_idle_seconds", _sleep_seconds)),
     (("--slot-save-path",), _set("slot_save_path", _slot_save_path)),
     (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", stof)),
     # params.verbosity: only whether it exceeds 9 matters here (server-schema.cpp: params.verbose)
@@ -436,7 +445,7 @@ IGNORED_FLAGS: dict[str, int] = {
                      "--cpu-mask-batch", "-Crb", "--cpu-range-batch", "--cpu-strict-batch", "--prio-batch",
                      "--poll-batch", "--numa", "-dev", "--device", "-sm", "--split-mode", "-ts", "--tensor-split",
                      "-mg", "--main-gpu", "-fit", "--fit", "-fitt", "--fit-target", "-fitc", "--fit-ctx",
-                     "-dt", "--defrag-thold", "--cors-methods", "--cors-headers", "--path", "--sleep-idle-seconds",
+                     "-dt", "--defrag-thold", "--cors-methods", "--cors-headers", "--path",
                      "--tags", "-ncmoe", "--n-cpu-moe", "-ncffn", "--n-cpu-ffn", "-lm", "--load-mode", "-lzm",
                      "--lazy-mode", "--media-path", "--ui-config", "--webui-config",
                      "--ui-config-file", "--webui-config-file", "--models-max",

@@ -14,29 +14,41 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import json
 import sys
 import time
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..chat import ChatTemplates
 from .anthropic_api import AnthropicShape, anthropic_to_chat
-from .bodies import error_response, json_response, read_body, too_large_response
+from .bodies import error_response, json_response, read_body, read_raw, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
 from .errors import HttpError, middleware_error
+from .jsonout import SSE_HEADERS
 from .responses_api import ResponsesShape, responses_to_chat
 from .results import gen_id
 from .slot_actions import SlotAction, parse_slot_id, valid_filename
 from .state import ServerState
+from .streams import stoull
 from .task import TaskParams
 from .work import HEAVY_BYTES, offload
 
 __all__ = ["ServerState", "build_app"]
+
+#: the routes llama-server answers without waking a sleeping server (``create_response(true)``)
+NO_WAKE = {"/health", "/v1/health", "/metrics", "/models", "/v1/models"}
+
+
+def _no_wake(request: Request) -> bool:
+    p = request.url.path
+    return p in NO_WAKE or (p == "/props" and request.method == "GET")
 
 
 def build_app(state: ServerState) -> Starlette:
@@ -73,7 +85,7 @@ def build_app(state: ServerState) -> Starlette:
                 return error_response(HttpError("This server does not support changing global properties. Start it with "
                                       "`--props`", "not_supported_error"))
             return json_response({"success": True})
-        base = TaskParams(sampling=eng.cfg.sampling, n_predict=eng.cfg.n_predict)
+        base = TaskParams(sampling=eng.cfg.sampling, n_predict=eng.cfg.n_predict, n_keep=eng.cfg.n_keep)
         base.reasoning_format = "none"
         t = state.templates
         out = {
@@ -83,7 +95,7 @@ def build_app(state: ServerState) -> Starlette:
             "media_marker": _MEDIA_MARKER, "endpoint_slots": cfg.endpoint_slots,
             "endpoint_props": cfg.endpoint_props, "endpoint_metrics": cfg.endpoint_metrics, "ui": cfg.ui,
             "ui_settings": {}, "chat_template": t.source, "chat_template_caps": _caps(t),
-            "bos_token": t.bos_token, "eos_token": t.eos_token, "build_info": cfg.build_info, "is_sleeping": False,
+            "bos_token": t.bos_token, "eos_token": t.eos_token, "build_info": cfg.build_info, "is_sleeping": eng.sleeping,
             "cors_proxy_enabled": False,
         }
         if cfg.jinja and t.tool_use:
@@ -353,9 +365,53 @@ def build_app(state: ServerState) -> Starlette:
         # server.cpp res_403: /cors-proxy and /tools without --ui-mcp-proxy / --tools
         return json_response({"error": {"message": "this feature is disabled", "type": "feature_disabled"}}, 403)
 
+    # ------------------------------------------------------------------ resumable streams (server-stream.cpp)
+    async def stream_get(request: Request) -> Response:
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            raise HttpError("Missing conversation id in path", "invalid_request_error")
+        session = state.streams.get(conv)
+        if session is None:          # "Stream not found or expired", rewritten by httplib's 404 handler
+            return json_response(middleware_error("File Not Found", "not_found_error", 404), 404)
+        start = 0
+        raw_from = request.query_params.get("from", "")
+        if raw_from:
+            try:
+                start = stoull(raw_from)
+            except ValueError:
+                raise HttpError("Invalid 'from' offset", "invalid_request_error") from None
+        if start < session.dropped:
+            raise HttpError("Stream offset lost, please restart", "invalid_request_error")
+
+        async def replay() -> Any:
+            async for chunk in session.read(start):
+                yield chunk
+        return StreamingResponse(replay(), headers=SSE_HEADERS)
+
+    async def streams_lookup(request: Request) -> Response:
+        raw_body = await read_raw(request, cfg.max_body)
+        try:
+            body = json.loads(raw_body)
+        except ValueError as e:
+            return json_response({"error": {"message": f"invalid body: {e}", "type": "invalid_request_error"}}, 400)
+        ids = []
+        if isinstance(body, dict) and isinstance(body.get("conversation_ids"), list):
+            ids = [v for v in body["conversation_ids"] if isinstance(v, str) and v]
+        return json_response(state.streams.lookup(ids))
+
+    async def stream_delete(request: Request) -> Response:
+        conv = request.query_params.get("conv_id", "")
+        if not conv:
+            raise HttpError("Missing conversation id in path", "invalid_request_error")
+        if not state.streams.evict_and_cancel(conv):
+            log(f"stop on unknown stream session, conv_id={conv} matched nothing")
+        return Response(b"", status_code=204, media_type="application/json")
+
     def wrap(fn: Any) -> Any:
         async def handler(request: Request) -> Response:
             try:
+                if eng.sleeping and not _no_wake(request):   # create_response(): wake the model first
+                    await asyncio.to_thread(eng.wait_until_no_sleep)
                 return await fn(request)
             except HttpError as e:
                 if e.status == 413:
@@ -386,6 +442,9 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/messages/count_tokens", wrap(anthropic_count_tokens), methods=["POST"]),
         Route("/v1/responses", wrap(responses), methods=["POST"]), Route("/responses", wrap(responses), methods=["POST"]),
         Route("/v1/responses/input_tokens", wrap(responses_input_tokens), methods=["POST"]),
+        Route("/v1/stream", wrap(stream_get), methods=["GET"]),
+        Route("/v1/stream", wrap(stream_delete), methods=["DELETE"]),
+        Route("/v1/streams/lookup", wrap(streams_lookup), methods=["POST"]),
         # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
         # --slot-save-path (refused): llama-server's 501s
         *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),

@@ -39,6 +39,8 @@ class BatchStep:
     n_ubatch: int
     n_swa: int
     checkpoints_on: bool
+    ctx_shift: bool
+    add_bos: bool
     metrics: dict[str, Any]
 
     def _step(self) -> None:
@@ -48,6 +50,9 @@ class BatchStep:
         for s in self.slots:
             if s.task is not None and s.task.cancelled:
                 self._release(s)
+        for s in self.slots:                  # pre_decode: a full slot shifts its context
+            if s.state == "generating" and len(s.tokens) + 1 >= s.n_ctx:
+                self._context_shift(s)
         # 1. the last sampled token of every generating slot
         for s in self.slots:
             if s.state == "generating":
@@ -171,6 +176,34 @@ class BatchStep:
                 self._sample(s, row, t1 - t0)
             except Exception as e:  # noqa: BLE001 - iterate(): one slot's failure answers that slot alone
                 self._slot_failed(s, e)
+
+    def _context_shift(self, s: Slot) -> None:
+        """``pre_decode``'s context shift: keep the first ``n_keep`` tokens (the prompt with ``-1``, one more for
+        BOS, at most ``n_ctx - 4``), drop ``n_discard`` after them (0: half of the rest, at most all but one), move
+        the rest down; the answer says ``truncated``. Refused for ``n > 1`` prompts, or when it is off."""
+        task = s.task
+        assert task is not None
+        if not self.ctx_shift:                # unreachable: process_token stopped the slot before (as llama-server)
+            self._error(task, HttpError("context shift is disabled", "server_error"))
+            self._release(s)
+            return
+        if task.children or task.parent is not None:
+            self._error(task, HttpError("context shift cannot be used for shared prompt", "server_error"))
+            self._release(s)
+            return
+        p = task.params
+        n_keep = len(task.tokens) if p.n_keep < 0 else p.n_keep
+        if self.add_bos:
+            n_keep += 1
+        n_keep = min(s.n_ctx - 4, n_keep)
+        n_tokens = len(s.tokens)
+        n_left = n_tokens - n_keep
+        n_discard = p.n_discard if p.n_discard else int(n_left / 2)    # C's division: toward zero
+        n_discard = min(max(n_discard, 0), max(0, n_left - 1))
+        L.llama_memory_seq_rm(self.mem, s.id, n_keep, n_keep + n_discard)
+        L.llama_memory_seq_add(self.mem, s.id, n_keep + n_discard, n_tokens, -n_discard)
+        del s.tokens[n_keep:n_keep + n_discard]
+        s.truncated = True
 
     def _slot_failed(self, s: Slot, e: BaseException) -> None:
         """``iterate``'s catch: the slot's task answered ``500 got exception: <what>``, the slot released (a

@@ -24,7 +24,7 @@ from ..chat.reply_parsers import ContentParser, message_json
 from .batch import user_message_starts
 from .bodies import error_response, json_response
 from .errors import HttpError
-from .jsonout import DONE, PING, sse
+from .jsonout import DONE, PING, SSE_HEADERS, sse
 from .results import (
     chat_final,
     chat_partial,
@@ -37,6 +37,7 @@ from .results import (
 )
 from .slots import Final, Partial, Task
 from .state import ServerState
+from .streams import StreamSession
 from .task import prompt_inputs
 from .work import HEAVY_BYTES, offload
 
@@ -46,6 +47,24 @@ __all__ = ["run_completion", "watch_disconnect"]
 async def run_completion(state: ServerState, request: Request, data: dict[str, Any], kind: str,
                          parser_factory: Any = None, log: Callable[[str], None] = print,
                          shape: Any = None) -> Response:
+    """:func:`_run_completion` with its resumable stream (``set_req``): with an ``X-Conversation-Id`` header the
+    request gets a session under that id (:mod:`.streams`), kept only if the answer is a stream."""
+    conv = request.headers.get("x-conversation-id", "")
+    session = state.streams.create_or_replace(conv) if conv else None
+    try:
+        resp = await _run_completion(state, request, data, kind, parser_factory, log, shape, session)
+    except BaseException:
+        if session is not None:
+            state.streams.evict(conv, session)
+        raise
+    if session is not None and not getattr(resp, "teed", False):
+        state.streams.evict(conv, session)      # on_complete without a stream: nothing left behind
+    return resp
+
+
+async def _run_completion(state: ServerState, request: Request, data: dict[str, Any], kind: str,
+                          parser_factory: Any, log: Callable[[str], None], shape: Any,
+                          session: StreamSession | None) -> Response:
     """One completion request (``handle_completions_impl``): its tasks (one per prompt, with the ``n > 1``
     children) queued on the engine, then the whole body, or the SSE stream of partial results; a client that goes
     away cancels its tasks. ``kind``: ``"completion"`` (``/completion``), ``"oai_cmpl"`` (``/v1/completions``) or
@@ -255,7 +274,36 @@ async def run_completion(state: ServerState, request: Request, data: dict[str, A
         finally:
             cancel()
 
-    return StreamingResponse(gen(), media_type="text/event-stream", headers={"X-Accel-Buffering": "no"})
+    if session is None:
+        return StreamingResponse(gen(), headers=SSE_HEADERS)
+    return _teed(state, session, gen())
+
+
+def _teed(state: ServerState, session: StreamSession, source: Any) -> Response:
+    """server_res_spipe: the stream's bytes go into ``session`` from a task of their own, which goes on when the
+    client goes away and stops (cancelling the generation) when the session is cancelled; the client reads the
+    session from offset 0 (the same bytes, as they come)."""
+    async def produce() -> None:
+        try:
+            async for chunk in source:
+                session.append(chunk)
+                if session.cancelled:
+                    break
+        finally:
+            await source.aclose()            # gen()'s finally: the tasks cancelled if still running
+            session.finalize()
+
+    task = asyncio.ensure_future(produce())
+    state.producers.add(task)
+    task.add_done_callback(state.producers.discard)
+
+    async def consume() -> Any:
+        async for chunk in session.read(0, lambda: session.cancelled):
+            yield chunk
+
+    resp = StreamingResponse(consume(), headers=SSE_HEADERS)
+    resp.teed = True      # type: ignore[attr-defined]
+    return resp
 
 
 #: a streamed chat reply longer than this is parsed in the "parse" worker pool

@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import ctypes
 import queue
+import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,7 +38,7 @@ from ..vocab import Vocabulary
 from ..vocab.tokenizer import c_tokenize
 from .batch import BatchStep
 from .errors import HttpError
-from .loading import EngineConfig, ModelLoad, VocabLoad, resolved_parallel
+from .loading import EngineConfig, ModelLoad, VocabLoad, context_params, resolved_parallel
 from .prompt_cache import PromptCache
 from .sampling import SlotSampling
 from .scheduler import SlotScheduler
@@ -78,8 +80,16 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         self.n_swa = int(L.llama_model_n_swa(self.model))
         self.mem = L.llama_get_memory(self.ctx)
         self.n_vocab = int(L.llama_vocab_n_tokens(self.vocab_ptr))
+        # server-context.cpp load_model: context shift is turned off where the memory cannot shift (a sliding-window
+        # model without --swa-full: the two caches differ in size)
+        self.ctx_shift = cfg.ctx_shift and bool(L.llama_memory_can_shift(self.mem))
+        if cfg.ctx_shift and not self.ctx_shift:
+            say("ctx_shift is not supported by this context, it will be disabled")
+        self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab_ptr))
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
         self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
+        if cfg.cache_idle_slots and self.prompt_cache is not None:
+            self._debug("__TEST_TAG_CACHE_IDLE_SLOTS_ENABLED__")
         self._pieces: dict[int, bytes] = {}
         self.batch = L.llama_batch_init(self.n_batch, 0, n_par)
         self.slots = [Slot(i, self.n_ctx_slot) for i in range(n_par)]
@@ -101,7 +111,18 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
                         # busy slots summed over decodes (n_busy_slots_per_decode)
                         "tokens_predicted_steps_total": 0, "n_busy_slots_total": 0}
         self.lock = threading.Lock()          # guards slot snapshots for /slots
+        # sleep on idle (server_queue::start_loop): the time of the last task, the state, the wake-up
+        self.sleeping = False
+        self._t_last_task = time.monotonic()
+        self._awake = threading.Event()
+        self._awake.set()
+        self.on_sleep: Callable[[], None] | None = None      # called on the model thread before sleeping
         say(f"model loaded: {self.n_vocab} tokens, n_ctx {self.n_ctx} ({n_par} slots of {self.n_ctx_slot})")
+
+    def _debug(self, msg: str) -> None:
+        """A debug line on stderr with ``-v`` (the ones llama-server's own test suite looks for)."""
+        if self.cfg.debug:
+            print(msg, file=sys.stderr, flush=True)
 
     @property
     def vocab(self) -> Vocabulary:
@@ -218,7 +239,44 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
             for t in tasks:
                 t.emit(HttpError(f"the model thread stopped: {self.fatal}", "unavailable_error"))
             return
+        self._t_last_task = time.monotonic()
         self._queue.put(tasks)
+
+    def wait_until_no_sleep(self) -> None:
+        """``server_queue::wait_until_no_sleep``: wake a sleeping engine and wait until its context is back.
+        Blocks: call it off the event loop."""
+        if not self.sleeping:
+            return
+        self._queue.put(_WAKE)
+        self._awake.wait()
+
+    def _sleep(self) -> None:
+        """Idle past ``--sleep-idle-seconds``: the context (the KV cache) freed with the slots and the prompt cache
+        (llama-server also frees the weights; here they stay loaded), until a task or a wake-up arrives; then a
+        fresh context, fresh slots and an empty prompt cache, as llama-server's ``load_model`` on resume."""
+        if self.on_sleep is not None:
+            self.on_sleep()
+        self._awake.clear()
+        self.sleeping = True
+        print("server is entering sleeping state", file=sys.stderr, flush=True)
+        L.llama_free(self.ctx)
+        self.ctx = None
+        item = self._queue.get()
+        self.ctx = L.llama_init_from_model(self.model, context_params(self.cfg, self.model))
+        if not self.ctx:
+            raise ConstrainedError("llama.cpp could not create the context after sleeping")
+        self.mem = L.llama_get_memory(self.ctx)
+        with self.lock:
+            self.slots = [Slot(i, self.n_ctx_slot) for i in range(self.n_parallel)]
+            for sl in self.slots:
+                sl.reset_gen()
+        if self.prompt_cache is not None:
+            self.prompt_cache = PromptCache(self.cfg.cache_ram_mib, self.n_ctx)
+        print("server is exiting sleeping state", file=sys.stderr, flush=True)
+        self._t_last_task = time.monotonic()
+        self.sleeping = False
+        self._awake.set()
+        self._queue.put(item)
 
     def control(self, cmpl_id: str, action: str, timeout: float = 30.0) -> dict[str, Any]:
         """``SERVER_TASK_TYPE_CONTROL`` (server-context.cpp:2446-2476), run on the worker thread between two
@@ -296,9 +354,19 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
                 self._pending, self._deferred = self._deferred, []
                 offered_idle = True                 # once until the next task arrives (never a busy loop)
             block = not active and not self._pending
+            idle_s = self.cfg.sleep_idle_seconds
             try:
-                item = self._queue.get() if block else self._queue.get_nowait()
+                if block and idle_s > 0:
+                    left = self._t_last_task + idle_s - time.monotonic()
+                    if left <= 0:
+                        self._sleep()
+                        continue
+                    item = self._queue.get(timeout=min(left, 1.0))
+                else:
+                    item = self._queue.get() if block else self._queue.get_nowait()
             except queue.Empty:
+                if block:
+                    continue
                 item = _WAKE
             while True:
                 if item is None and self._stop:
@@ -325,8 +393,10 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
                     self._error(t, HttpError(f"got exception: {type(e).__name__}: {e}", "server_error"))
                 self._pending, self._deferred = [], []
             if any(s.state != "idle" for s in self.slots):
+                self._t_last_task = time.monotonic()      # generating is not idle time
                 try:
                     self._step()
+                    self._t_last_task = time.monotonic()
                 except Exception as e:  # noqa: BLE001 - a failure answers every running task, the loop goes on
                     import traceback
 

@@ -17,10 +17,12 @@ import json
 import math
 from typing import Any
 
-__all__ = ["DONE", "PING", "dumps", "sse"]
+__all__ = ["DONE", "PING", "SSE_HEADERS", "dumps", "sse"]
 
 DONE = b"data: [DONE]\n\n"
 PING = b":\n\n"
+#: the headers of an SSE answer: llama-server's content type (no charset), nginx told not to buffer
+SSE_HEADERS = {"Content-Type": "text/event-stream", "X-Accel-Buffering": "no"}
 
 
 def _finite(v: Any) -> Any:

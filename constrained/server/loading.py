@@ -54,6 +54,10 @@ class EngineConfig:
     cache_ram_mib: int = 8192      # --cache-ram: the host-memory prompt cache (0: off, < 0: no size limit)
     cache_idle_slots: bool = True  # --cache-idle-slots: idle slots saved to it (and cleared if unified) per task
     warmup: bool = False           # --warmup: llama-server's empty run before serving (off by default here)
+    ctx_shift: bool = False        # --context-shift: a full slot drops half of what follows n_keep (pre_decode)
+    n_keep: int = 0                # --keep: the default n_keep of a request
+    sleep_idle_seconds: int = -1   # --sleep-idle-seconds: idle this long (no task), the context is freed
+    debug: bool = False            # -v: llama-server's debug log lines that its own tests read (the test tags)
 
 
 def resolved_parallel(n_parallel: int, kv_unified: bool | None) -> tuple[int, bool]:

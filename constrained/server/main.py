@@ -51,7 +51,9 @@ def engine_config_from_args(a: ServerArgs, model: str | None = None) -> EngineCo
                         n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
                         sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
                         cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
-                        cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots, warmup=a.warmup)
+                        cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots, warmup=a.warmup,
+                        ctx_shift=a.ctx_shift, n_keep=a.n_keep, debug=a.verbose,
+                        sleep_idle_seconds=a.sleep_idle_seconds)
 
 
 def config_from_args(a: ServerArgs, engine: EngineConfig | None = None) -> ServerConfig:

@@ -37,6 +37,7 @@ class SlotSampling:
     ctx: Any
     vocab: Any
     n_vocab: int
+    ctx_shift: bool
     metrics: dict[str, Any]
 
     def _init_sampler(self, s: Slot) -> None:
@@ -142,7 +143,7 @@ class SlotSampling:
             if p.stream:
                 task.emit(Partial(task, out, s.n_decoded, len(task.tokens), s.n_cached,
                                   timings=self._timings(s) if p.timings_per_token else None))
-        if len(s.tokens) + 1 >= s.n_ctx:
+        if not self.ctx_shift and len(s.tokens) + 1 >= s.n_ctx:   # no context shift: the slot is full
             s.truncated = True
             s.stop = STOP_LIMIT
             has_next = False

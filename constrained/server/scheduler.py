@@ -48,6 +48,7 @@ class SlotScheduler:
     _deferred: list[Task]
     _tick: int
     _slot_action: Any
+    _debug: Any
 
     def _pick_slot(self, task: Task, taken: set[int]) -> Slot | None:
         # get_available_slot: the requested id, else the best LCP similarity, else the least recently used; a
@@ -86,6 +87,7 @@ class SlotScheduler:
                     ret = s
             update_cache = ret is not None
         if ret is not None and update_cache and self.prompt_cache is not None:
+            self._debug("updating prompt cache")
             self._prompt_save(ret)
             if not self._prompt_load(ret, task.tokens):
                 self._prompt_clear(ret)
@@ -166,6 +168,7 @@ class SlotScheduler:
             for s in self.slots:                 # the idle slots saved (and cleared when unified)
                 if s.state == "idle":
                     if self._prompt_save(s):
+                        self._debug(f"slot {s.id}: __TEST_TAG_CACHE_IDLE_SLOT__")
                         self.prompt_cache.update()
                     if self.kv_unified:
                         self._prompt_clear(s)

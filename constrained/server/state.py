@@ -76,6 +76,10 @@ class ServerState:
         }
         self.t_start = int(time.time())
         self.ready = True
+        from .streams import StreamSessions
+
+        self.streams = StreamSessions()              # resumable streams (X-Conversation-Id)
+        self.producers: set[Any] = set()             # their generations, running on without a client
 
     @classmethod
     def load(cls, cfg: ServerConfig, progress: Any = None, load: Any = None, vocab_load: Any = None) -> ServerState:
@@ -91,5 +95,5 @@ class ServerState:
     def task_params(self, data: dict[str, Any], chat: bool) -> TaskParams:
         e = self.engine
         return TaskParams.from_body(data, n_parallel=e.n_parallel, vocab=e.vocab, base=e.cfg.sampling,
-                                    base_n_predict=e.cfg.n_predict, antiprompt=e.cfg.antiprompt, chat=chat,
+                                    base_n_predict=e.cfg.n_predict, base_n_keep=e.cfg.n_keep, antiprompt=e.cfg.antiprompt, chat=chat,
                                     verbose=self.cfg.verbose, base_reasoning_budget=self.cfg.reasoning_budget)

@@ -123,7 +123,7 @@ class TaskParams:
 
     @classmethod
     def from_body(cls, data: dict[str, Any], *, n_parallel: int, vocab: Any = None, base: Params | None = None,
-                  base_n_predict: int = -1, antiprompt: list[str] | None = None, chat: bool = False,
+                  base_n_predict: int = -1, base_n_keep: int = 0, antiprompt: list[str] | None = None, chat: bool = False,
                   sse_ping_interval: int = 30, verbose: bool = False,
                   base_reasoning_budget: int = -1) -> TaskParams:
         """Read ``data`` (a ``/completion`` body, or the body a chat request becomes) field by field.
@@ -150,7 +150,7 @@ class TaskParams:
         t.n_predict = _hard_int(data, ("n_predict", "max_completion_tokens", "max_tokens"), t.n_predict, -1,
                                 INT32_MAX)
         t.n_indent = _hard_int(data, ("n_indent",), 0, 0, INT32_MAX)
-        t.n_keep = _hard_int(data, ("n_keep",), 0, -1, INT32_MAX)
+        t.n_keep = _hard_int(data, ("n_keep",), base_n_keep, -1, INT32_MAX)
         t.n_discard = _hard_int(data, ("n_discard",), 0, 0, INT32_MAX)
         t.n_cmpl = _hard_int(data, ("n_cmpl", "n"), 1, 1, n_parallel)
         t.t_max_predict_ms = _hard_int(data, ("t_max_predict_ms",), -1, -1, 2**63 - 1)

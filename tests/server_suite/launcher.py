@@ -58,7 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = map_args(sys.argv[1:] if argv is None else argv, default_model_path())
     if os.environ.get("CONSTRAINED_SUITE_REAL") == "1":
-        from oracle.llama_server import llama_server_binary
+        from oracle.llama_server import llama_server_binary, one_thread_unless_told
+
+        args = one_thread_unless_told(args)        # the oracle runs on one thread (the machine is shared)
 
         binary = llama_server_binary()
         os.environ["LD_LIBRARY_PATH"] = str(binary.parent) + os.pathsep + os.environ.get("LD_LIBRARY_PATH", "")
