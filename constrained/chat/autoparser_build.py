@@ -470,6 +470,7 @@ def _call_id_section(p: _P, t: Any, wrap_suffix: bool) -> tuple[_E, bool]:
 
 
 def _sections(p: _P, t: Any, rp: _E, tool_choice: _E, choice: str, parallel: bool, tagged: bool) -> _E:
+    p.eps().var()                               # tool_calls = p.eps()
     if t.per_call_start:
         if tagged:
             wrapped = (t.per_call_start + p.space() + tool_choice + p.space() + t.per_call_end).var()

@@ -88,9 +88,7 @@ def detect_format(template_source: str | None) -> str:
     """The format llama-server gives a template (``hermes``, ``qwen3``, ``llama3``, ``mistral_nemo``: see
     :mod:`constrained.chat.tool_formats`), else ``generic`` (ours, for templates without tool support or with a
     format not reproduced here)."""
-    from .handlers import handler_for
-
-    from .handlers import autoparser_tools
+    from .handlers import autoparser_tools, handler_for
 
     h = handler_for(template_source)
     if h is not None and "tools" in (template_source or ""):
