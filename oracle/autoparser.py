@@ -20,6 +20,8 @@ def _lib() -> ctypes.CDLL:
     lib.autoparser_shim.restype = ctypes.c_void_p
     lib.autoparser_apply_shim.argtypes = [ctypes.c_char_p] * 4
     lib.autoparser_apply_shim.restype = ctypes.c_void_p
+    lib.autoparser_tools_shim.argtypes = [ctypes.c_char_p] * 3
+    lib.autoparser_tools_shim.restype = ctypes.c_void_p
     lib.autoparser_free.argtypes = [ctypes.c_void_p]
     return lib
 
@@ -36,3 +38,11 @@ def apply(template: str, messages: list[dict[str, Any]], bos: str = "", eos: str
     lib = _lib()
     p = lib.autoparser_apply_shim(template.encode(), bos.encode(), eos.encode(), json.dumps(messages).encode())
     return json_answer(lib, "autoparser_free", p)
+
+
+def analyze_all(template: str, bos: str = "", eos: str = "") -> dict[str, Any]:
+    """The whole analysis of ``autoparser::analyze_template``: ``reasoning``, ``content``, ``format``, ``function``,
+    ``arguments``, ``call_id`` (each a dict of the C++ fields), ``user_start``, ``assistant_start``,
+    ``preserved_tokens``, ``additional_stops``, ``supports_tool_calls``; or ``{"error"}``."""
+    lib = _lib()
+    return json_answer(lib, "autoparser_free", lib.autoparser_tools_shim(template.encode(), bos.encode(), eos.encode()))

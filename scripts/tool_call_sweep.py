@@ -1,7 +1,7 @@
 """Tool-call setups vs the real llama-server over the sdist's chat templates (the bigger sweep of
 tests/chat/test_tools_server.py).
 
-For each template (default: every template of models/templates/ that ``detect_format`` gives a JSON format), one
+For each template (default: every template of models/templates/ that ``detect_format`` gives a llama-server format: JSON, a specialised handler or the autoparser), one
 real llama-server (``--jinja --chat-template-file``, the default model) answers ``"verbose": true`` chat requests
 for 4 tool sets x tool_choice auto / required / none / named x parallel_tool_calls true / false / absent, and
 ``/apply-template`` for two conversations; each answer is compared with ``tool_call_setup_for_template(...,

@@ -63,8 +63,28 @@ def handler_for(src: str | None) -> str | None:
     return h if h in HANDLERS else None
 
 
+def autoparser_tools(src: str | None) -> bool:
+    """Whether llama-server gives ``src`` tool calls through its autoparser (no specialised handler, and the
+    analysis found a tool-call format: :mod:`constrained.chat.autoparser_tools`)."""
+    from .autoparser_prompt import specialized_handler
+    from .autoparser_tools import analyze_template
+    from .template import ChatTemplateError, ChatTemplates
+
+    if not src or specialized_handler(src) is not None:
+        return False
+    try:
+        return analyze_template(ChatTemplates(src)).tools.mode != "NONE"
+    except (ChatTemplateError, ValueError):
+        return False
+
+
 def preserved_tokens(handler: str, src: str | None) -> list[str]:
     """The handler's preserved tokens (set whatever the request)."""
+    if handler == "autoparser":
+        from .autoparser_tools import analyze_template
+        from .template import ChatTemplates
+
+        return list(analyze_template(ChatTemplates(src or "")).preserved_tokens)
     if handler == "qwen3_coder":
         from .qwen3_coder import preserved_tokens as q
 
@@ -95,10 +115,18 @@ def _schema(b: Builder, name: str, tool: Any) -> int:
 
 
 def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: str, parallel: bool,
-          extract_reasoning: bool, names: Sequence[str] | None = None) -> ArenaSetup:
+          extract_reasoning: bool, names: Sequence[str] | None = None, generation_prompt: str = "") -> ArenaSetup:
     """The handler's arena for one request (``tool_choice`` ``auto`` / ``required`` / ``none``; ``names``: ours,
-    only these tools)."""
+    only these tools; ``generation_prompt``: the request's, which the autoparser's parser starts with)."""
     chosen = [t for t in tools if names is None or t.name in names]
+    if handler == "autoparser":
+        from .autoparser_build import build_setup
+        from .autoparser_tools import analyze_template
+        from .template import ChatTemplates
+
+        return build_setup(analyze_template(ChatTemplates(src or "")), chosen, tool_choice=tool_choice,
+                           parallel=parallel, extract_reasoning=extract_reasoning,
+                           generation_prompt=generation_prompt)
     if handler == "qwen3_coder":
         from .qwen3_coder import build as q
         from .qwen3_coder import supports_reasoning

@@ -88,13 +88,15 @@ def detect_format(template_source: str | None) -> str:
     """The format llama-server gives a template (``hermes``, ``qwen3``, ``llama3``, ``mistral_nemo``: see
     :mod:`constrained.chat.tool_formats`), else ``generic`` (ours, for templates without tool support or with a
     format not reproduced here)."""
-    from .handlers import handler_for
+    from .handlers import autoparser_tools, handler_for
 
     h = handler_for(template_source)
     if h is not None and "tools" in (template_source or ""):
         return h
     f = format_for_template(template_source)
-    return f.name if f is not None else "generic"
+    if f is not None:
+        return f.name
+    return "autoparser" if autoparser_tools(template_source) else "generic"
 
 
 def template_tools(tools: Any) -> list[dict[str, Any]]:
@@ -190,7 +192,7 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     """
     from .handlers import HANDLERS
 
-    if fmt in HANDLERS:
+    if fmt in HANDLERS or fmt == "autoparser":
         return _handler_setup(fmt, tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
                               llama_server_compat)
     if fmt != "generic" and fmt not in FORMATS:
@@ -315,9 +317,9 @@ def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: 
         parallel = bool(template_caps(src or "")["supports_parallel_tool_calls"]) if src else True
     else:
         parallel = bool(parallel_tool_calls)
+    gen = _generation_prompt(src) if src else GENERATION_PROMPTS.get(fmt, "")
     h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
-              extract_reasoning=extract_reasoning, names=None if named is None else [named])
-    gen = _generation_prompt(src) if src else GENERATION_PROMPTS[fmt]
+              extract_reasoning=extract_reasoning, names=None if named is None else [named], generation_prompt=gen)
     return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
                          [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
                          generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,

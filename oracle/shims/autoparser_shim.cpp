@@ -48,6 +48,45 @@ extern "C" char * autoparser_shim(const char * src, const char * bos, const char
     return dup_string(out.dump());
 }
 
+// autoparser_tools_shim(template, bos, eos): the whole analysis of analyze_template (reasoning, content, tools,
+// user/assistant start markers, preserved tokens, additional stops), for constrained.chat.autoparser_tools.
+extern "C" char * autoparser_tools_shim(const char * src, const char * bos, const char * eos) {
+    common_json out;
+    try {
+        common_chat_template tmpl(src, bos, eos);
+        autoparser::autoparser ap;
+        ap.analyze_template(tmpl);
+        auto str = [](auto v) { std::ostringstream o; o << v; return o.str(); };
+        out["reasoning"] = {{"mode", str(ap.reasoning.mode)}, {"start", ap.reasoning.start}, {"end", ap.reasoning.end}};
+        out["content"] = {{"mode", str(ap.content.mode)}, {"start", ap.content.start}, {"end", ap.content.end}};
+        const auto & t = ap.tools;
+        out["format"] = {{"mode", str(t.format.mode)}, {"section_start", t.format.section_start},
+                         {"section_end", t.format.section_end}, {"per_call_start", t.format.per_call_start},
+                         {"per_call_end", t.format.per_call_end}, {"fun_name_is_key", t.format.fun_name_is_key},
+                         {"tools_array_wrapped", t.format.tools_array_wrapped},
+                         {"openai_wrapper_trigger", t.format.openai_wrapper_trigger},
+                         {"function_field", t.format.function_field}, {"name_field", t.format.name_field},
+                         {"args_field", t.format.args_field}, {"id_field", t.format.id_field},
+                         {"gen_id_field", t.format.gen_id_field}, {"parameter_order", t.format.parameter_order}};
+        out["function"] = {{"name_prefix", t.function.name_prefix}, {"name_suffix", t.function.name_suffix},
+                           {"args_separator", t.function.args_separator}, {"close", t.function.close}};
+        out["arguments"] = {{"start", t.arguments.start}, {"end", t.arguments.end},
+                            {"name_prefix", t.arguments.name_prefix}, {"name_suffix", t.arguments.name_suffix},
+                            {"value_prefix", t.arguments.value_prefix}, {"value_suffix", t.arguments.value_suffix},
+                            {"separator", t.arguments.separator},
+                            {"tolerate_intertag_whitespace", t.arguments.tolerate_intertag_whitespace}};
+        out["call_id"] = {{"pos", str(t.call_id.pos)}, {"prefix", t.call_id.prefix}, {"suffix", t.call_id.suffix}};
+        out["user_start"] = ap.user_start;
+        out["assistant_start"] = ap.assistant_start;
+        out["preserved_tokens"] = ap.preserved_tokens;
+        out["additional_stops"] = ap.additional_stops;
+        out["supports_tool_calls"] = ap.jinja_caps.supports_tool_calls;
+    } catch (const std::exception & e) {
+        out["error"] = e.what();
+    }
+    return dup_string(out.dump());
+}
+
 extern "C" char * autoparser_apply_shim(const char * src, const char * bos, const char * eos,
                                         const char * messages_json) {
     common_json out;

@@ -167,9 +167,10 @@ def test_formats_for_the_sdist_templates() -> None:
             assert detect_format((d / t).read_text()) == f.name, t
     for t in ["Qwen3-Coder.jinja", "Qwen3.5-4B.jinja"]:
         assert detect_format((d / t).read_text()) == "qwen3_coder", t
-    for t in ["google-gemma-2-2b-it.jinja", "Mistral-Small-3.2-24B-Instruct-2506.jinja",
-              "Qwen-QwQ-32B.jinja", "Bielik-11B-v3.0-Instruct.jinja",
-              "GLM-4.6.jinja", "ibm-granite-granite-4.0.jinja"]:
+    for t in ["Mistral-Small-3.2-24B-Instruct-2506.jinja", "Qwen-QwQ-32B.jinja", "Bielik-11B-v3.0-Instruct.jinja",
+              "GLM-4.6.jinja", "ibm-granite-granite-4.0.jinja"]:         # llama-server's autoparser
+        assert detect_format((d / t).read_text()) == "autoparser", t
+    for t in ["google-gemma-2-2b-it.jinja", "HuggingFaceTB-SmolLM3-3B.jinja"]:  # no tool-call support
         assert detect_format((d / t).read_text()) == "generic", t
     g = tool_call_setup_for_template(None, TOOLS, "auto")
     assert g.fmt == "generic" and g.system_prompt and g.grammar_lazy
