@@ -63,3 +63,21 @@ def chat_apply_model(gguf_path: str, body: dict[str, Any]) -> dict[str, Any]:
     """:func:`chat_apply` with the templates of a GGUF (its default and ``tool_use`` templates, BOS/EOS texts):
     ``{"prompt"}`` or ``{"error"}``."""
     return _call("chat_apply_model_shim", gguf_path, json.dumps(body))
+
+
+def parsed_message(parse: Any, gen: str, text: str, partial: bool) -> dict[str, Any]:
+    """Our PEG reply parse (``parse(gen, text, is_partial=...)``) in :func:`chat_parse_body`'s shape: ``{"ok": True,
+    "msg"}`` (role, content, reasoning, calls with their ids) or ``{"ok": False}`` where the parser fails."""
+    from constrained.chat.peg import PegFail
+
+    try:
+        m = parse(gen, text, is_partial=partial)
+    except PegFail:
+        return {"ok": False}
+    out: dict[str, Any] = {"role": "assistant", "content": m.content}
+    if m.reasoning_content:
+        out["reasoning_content"] = m.reasoning_content
+    if m.tool_calls:
+        out["tool_calls"] = [{"type": "function", "function": {"name": n, "arguments": a}, **({"id": i} if i else {})}
+                             for n, a, i in m.tool_calls]
+    return {"ok": True, "msg": out}

@@ -19,11 +19,10 @@ import pytest
 
 from constrained.chat import ChatTemplates
 from constrained.chat.handlers import handler_for
-from constrained.chat.peg import PegFail
 from constrained.chat.tools import detect_format, parse_reply, tool_call_setup_for_template
 from constrained.server.chat_api import chat_params
 from constrained.server.errors import HttpError
-from oracle.render import chat_apply, chat_parse_body
+from oracle.render import chat_apply, chat_parse_body, parsed_message
 from oracle.sdist import llama_cpp_source
 from tests.chat.test_qwen3_coder import MIXED, PING, TOOLSETS, WEATHER
 
@@ -119,17 +118,7 @@ PARSE_CASES = [(h, n, c, p, rf) for h, n in ALL for c in ("auto", "required") fo
 
 
 def _mine(setup: Any, gen: str, text: str, partial: bool) -> dict[str, Any]:
-    try:
-        m = setup.handler.parse(gen, text, is_partial=partial)
-    except PegFail:
-        return {"ok": False}
-    out: dict[str, Any] = {"role": "assistant", "content": m.content}
-    if m.reasoning_content:
-        out["reasoning_content"] = m.reasoning_content
-    if m.tool_calls:
-        out["tool_calls"] = [{"type": "function", "function": {"name": n, "arguments": a}, **({"id": i} if i else {})}
-                             for n, a, i in m.tool_calls]
-    return {"ok": True, "msg": out}
+    return parsed_message(setup.handler.parse, gen, text, partial)
 
 
 @pytest.mark.parametrize("handler, name, choice, parallel, rf", PARSE_CASES)
