@@ -42,7 +42,11 @@ WORD, PATTERN = 1, 2
 REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "reasoning", "content", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
 
-HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss")
+#: handlers in a module of their own (``constrained.chat.handler_<name>``: ``build``, ``preserved_tokens``,
+#: ``GENERATION_PROMPT``)
+MODULES = {"gemma4": "handler_gemma4"}
+
+HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULES)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
 GENERATION_PROMPTS = {
@@ -52,6 +56,12 @@ GENERATION_PROMPTS = {
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
     "gpt_oss": "<|start|>assistant",
 }
+
+
+def _module(handler: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{MODULES[handler]}")
 
 
 def handler_for(src: str | None) -> str | None:
@@ -89,6 +99,8 @@ def preserved_tokens(handler: str, src: str | None) -> list[str]:
         from .qwen3_coder import preserved_tokens as q
 
         return q(src)
+    if handler in MODULES:
+        return list(_module(handler).preserved_tokens(src or ""))
     return {
         "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"],
@@ -134,6 +146,10 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
         thinks = supports_reasoning(src)
         return q(chosen, reasoning=thinks, extract_reasoning=extract_reasoning, tool_choice=tool_choice,
                  parallel=parallel, coder=not thinks)
+    if handler in MODULES:
+        return _module(handler).build(chosen, tool_choice=tool_choice, parallel=parallel,
+                                      extract_reasoning=extract_reasoning, src=src or "",
+                                      generation_prompt=generation_prompt)
     active = bool(chosen) and tool_choice != "none"
     fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
           "gpt_oss": _gpt_oss}[handler]
