@@ -138,7 +138,21 @@ def _call(handler: str, name: str, args: dict[str, Any]) -> str:
                 return "[" + ",".join(g(x) for x in v) + "]"
             return json.dumps(v)
         return f"<|tool_call>call:{name}{g(args)}<tool_call|>"
+    if handler == "deepseek_v3_2":          # one invoke; FCBLOCK becomes the template's block name
+        ps = "".join(f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
+                     f'{v if isinstance(v, str) else json.dumps(v)}</｜DSML｜parameter>\n' for k, v in args.items())
+        return f'<｜DSML｜invoke name="{name}">\n{ps}</｜DSML｜invoke>'
     raise KeyError(handler)
+
+
+def _dsml(*invokes: str) -> str:
+    return "<｜DSML｜FCBLOCK>\n" + "\n".join(invokes) + "\n</｜DSML｜FCBLOCK>"
+
+
+def replies(handler: str, source: str) -> list[str]:
+    """:data:`REPLIES` for a template (DeepSeek: its call block's name)."""
+    block = "tool_calls" if "function_calls" not in source else "function_calls"
+    return [r.replace("FCBLOCK", block) for r in REPLIES[handler]]
 
 
 W = {"city": 'Pa"ris é', "days": 3}
@@ -153,8 +167,21 @@ REPLIES: dict[str, list[str]] = {
         "text<|channel>thought\nmid<channel|>more" + _call("gemma4", "get_weather", {"city": "a\nb"}),
         "<|channel><|channel>thought\nx<channel|>y", "émoji 🎉<channel|>tail", "<|tool_call>call:get_weather{city:3",
         "<|tool_call>call:get_weather{city:<|\"|>x<|\"|>,}<tool_call|>"],
-    "deepseek_v3_2": [], "kimi_k3": [], "minimax_m3": [],
+    "deepseek_v3_2": [
+        "Let me see</think>Sure.\n\n" + _dsml(_call("deepseek_v3_2", "get_weather", W)),
+        "hm</think>" + _dsml(_call("deepseek_v3_2", "get_weather", W), _call("deepseek_v3_2", "ping", {})),
+        "straight to a call\n\n" + _dsml(_call("deepseek_v3_2", "ping", {})),
+        "</think>Just text.", "only thinking é", "x</think>" + _dsml(_call("deepseek_v3_2", "nope", {})),
+        "x</think>" + _dsml(_call("deepseek_v3_2", "ping", {})) + " and after",
+        "</think>" + _dsml(_call("deepseek_v3_2", "q", {"a": "x\ny", "b": "2", "c": {"x": 1.5}, "d": [True, None]})),
+        '</think><｜DSML｜FCBLOCK>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="false">'
+        '"P"</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜FCBLOCK>',
+        "</think>émoji 🎉 <｜DSML｜FCBL"],
+    "kimi_k3": [], "minimax_m3": [],
 }
+
+
+_replies = replies
 
 
 def parse_differences(name: str, handler: str, replies: Sequence[str] | None = None,
@@ -179,7 +206,7 @@ def parse_differences(name: str, handler: str, replies: Sequence[str] | None = N
                 setup = tool_call_setup_for_template(s, tools, choice, par, llama_server_compat=True,
                                                      extract_reasoning=rf != "none")
                 texts: list[tuple[str, bool]] = []
-                for r in (REPLIES[handler] if replies is None else replies):
+                for r in (_replies(handler, s) if replies is None else replies):
                     texts += [(r[:i], True) for i in range(0, len(r) + 1, step)] + [(r, False)]
                 theirs = chat_parse_body(s, body, texts)
                 for (text, partial), th in zip(texts, theirs, strict=True):
