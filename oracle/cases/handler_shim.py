@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -142,7 +143,14 @@ def _call(handler: str, name: str, args: dict[str, Any]) -> str:
         ps = "".join(f'<｜DSML｜parameter name="{k}" string="{"true" if isinstance(v, str) else "false"}">'
                      f'{v if isinstance(v, str) else json.dumps(v)}</｜DSML｜parameter>\n' for k, v in args.items())
         return f'<｜DSML｜invoke name="{name}">\n{ps}</｜DSML｜invoke>'
+    if handler == "kimi_k3":
+        ps = "".join(f'<|open|>argument key="{k}" type="{"string" if isinstance(v, str) else "json"}"<|sep|>'
+                     f'{v if isinstance(v, str) else json.dumps(v)}<|close|>argument<|sep|>' for k, v in args.items())
+        return f'<|open|>call tool="{name}" index="{next(_K3)}"<|sep|>{ps}<|close|>call<|sep|>'
     raise KeyError(handler)
+
+
+_K3 = itertools.count()
 
 
 def _dsml(*invokes: str) -> str:
@@ -177,7 +185,18 @@ REPLIES: dict[str, list[str]] = {
         '</think><｜DSML｜FCBLOCK>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="false">'
         '"P"</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜FCBLOCK>',
         "</think>émoji 🎉 <｜DSML｜FCBL"],
-    "kimi_k3": [], "minimax_m3": [],
+    "kimi_k3": [
+        "Let me see<|close|>think<|sep|><|open|>response<|sep|>Sure.<|close|>response<|sep|><|open|>tools<|sep|>"
+        + _call("kimi_k3", "get_weather", W) + "<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>",
+        "hm<|close|>think<|sep|><|open|>tools<|sep|>" + _call("kimi_k3", "get_weather", W)
+        + _call("kimi_k3", "ping", {}) + "<|close|>tools<|sep|>",
+        "hm<|close|>think<|sep|><|open|>response<|sep|>Just text é.<|close|>response<|sep|><|close|>message<|sep|>",
+        "only thinking", "x<|open|>response<|sep|>no closer<|open|>tools<|sep|>" + _call("kimi_k3", "q", {
+            "a": "x\ny", "b": 2, "c": {"x": 1.5}, "d": [True, None]}) + "<|close|>tools<|sep|>",
+        "x<|close|>think<|sep|><|open|>tools<|sep|>" + _call("kimi_k3", "nope", {}) + "<|close|>tools<|sep|>",
+        "x<|close|>think<|sep|><|open|>tools<|sep|>" + _call("kimi_k3", "ping", {}) + "<|close|>tools<|sep|> after",
+        "émoji 🎉<|close|>think<|sep|><|open|>response<|sep|>🎉<|open|>to"],
+    "minimax_m3": [],
 }
 
 
