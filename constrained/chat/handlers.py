@@ -44,7 +44,8 @@ REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS =
 
 #: handlers in a module of their own (``constrained.chat.handler_<name>``: ``build``, ``preserved_tokens``,
 #: ``GENERATION_PROMPT``)
-MODULES = {"gemma4": "handler_gemma4", "deepseek_v3_2": "handler_deepseek", "kimi_k3": "handler_kimi_k3"}
+MODULES = {"gemma4": "handler_gemma4", "deepseek_v3_2": "handler_deepseek", "kimi_k3": "handler_kimi_k3",
+           "minimax_m3": "handler_minimax_m3"}
 
 HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULES)
 

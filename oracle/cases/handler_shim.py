@@ -147,7 +147,28 @@ def _call(handler: str, name: str, args: dict[str, Any]) -> str:
         ps = "".join(f'<|open|>argument key="{k}" type="{"string" if isinstance(v, str) else "json"}"<|sep|>'
                      f'{v if isinstance(v, str) else json.dumps(v)}<|close|>argument<|sep|>' for k, v in args.items())
         return f'<|open|>call tool="{name}" index="{next(_K3)}"<|sep|>{ps}<|close|>call<|sep|>'
+    if handler == "minimax_m3":
+        return f'{MM}<invoke name="{name}">\n' + "".join(_mm(k, v) + "\n" for k, v in args.items()) + f"{MM}</invoke>"
     raise KeyError(handler)
+
+
+MM = "]<]minimax[>["
+
+
+def _mm(tag: str, v: Any) -> str:
+    import json
+
+    if isinstance(v, dict):
+        inner = "".join(_mm(k, x) for k, x in v.items())
+    elif isinstance(v, list):
+        inner = "".join(_mm("item", x) for x in v)
+    else:
+        inner = v if isinstance(v, str) else json.dumps(v)
+    return f"{MM}<{tag}>{inner}{MM}</{tag}>"
+
+
+def _mmcalls(*invokes: str) -> str:
+    return f"{MM}<tool_call>\n" + "\n".join(invokes) + f"\n{MM}</tool_call>"
 
 
 _K3 = itertools.count()
@@ -196,7 +217,14 @@ REPLIES: dict[str, list[str]] = {
         "x<|close|>think<|sep|><|open|>tools<|sep|>" + _call("kimi_k3", "nope", {}) + "<|close|>tools<|sep|>",
         "x<|close|>think<|sep|><|open|>tools<|sep|>" + _call("kimi_k3", "ping", {}) + "<|close|>tools<|sep|> after",
         "émoji 🎉<|close|>think<|sep|><|open|>response<|sep|>🎉<|open|>to"],
-    "minimax_m3": [],
+    "minimax_m3": [
+        "<mm:think>Let me see</mm:think>Sure." + _mmcalls(_call("minimax_m3", "get_weather", W)),
+        "</mm:think>" + _mmcalls(_call("minimax_m3", "get_weather", W), _call("minimax_m3", "ping", {})),
+        "Just text é.", "<mm:think>only thinking", "<mm:think> \n</mm:think>x",
+        _mmcalls(_call("minimax_m3", "q", {"a": "x\ny", "b": "2", "c": {"x": 1.5}, "d": [True, None]})),
+        _mmcalls(_call("minimax_m3", "tag_items", {"ids": [1, 2], "pts": [{"x": 1}, {"x": 2.5}], "opt": "o"})),
+        _mmcalls(_call("minimax_m3", "nope", {})), _mmcalls(_call("minimax_m3", "ping", {})) + " and after",
+        "émoji 🎉 ]<]minimax[>[<tool"],
 }
 
 
