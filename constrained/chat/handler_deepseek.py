@@ -57,16 +57,15 @@ def preserved_tokens(src: str = "") -> list[str]:
 
 
 def build(tools: Sequence[Any], *, tool_choice: str, parallel: bool, extract_reasoning: bool, src: str = "",
-          generation_prompt: str = "") -> ArenaSetup:
+          generation_prompt: str = "", enable_thinking: bool = True) -> ArenaSetup:
     """The handler's grammar and parser for ``tools`` (:class:`~constrained.chat.tools.Tool`; ``tool_choice``
-    ``auto`` / ``required`` / ``none``; ``src`` the template, which tells V4 from V3.2; ``generation_prompt`` the
-    request's: one that closes the thinking block means ``enable_thinking`` is off)."""
+    ``auto`` / ``required`` / ``none``; ``src`` the template, which tells V4 from V3.2; ``enable_thinking`` the
+    request's; ``generation_prompt`` not used)."""
     v4 = is_v4(src)
     block = "tool_calls" if v4 else "function_calls"
     fc_start, fc_end = f"<{DSML}{block}>", f"</{DSML}{block}>"
     invoke_start, invoke_end = f"<{DSML}invoke", f"</{DSML}invoke>"
     param_start, param_end = f"<{DSML}parameter", f"</{DSML}parameter>"
-    enable_thinking = not generation_prompt.endswith(THINK_END)
     require = tool_choice == "required"
     has_calls = bool(tools) and tool_choice != "none"
 

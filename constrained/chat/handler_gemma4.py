@@ -138,7 +138,7 @@ def preserved_tokens(src: str = "") -> list[str]:
 
 
 def build(tools: Sequence[Any], *, tool_choice: str, parallel: bool, extract_reasoning: bool, src: str = "",
-          generation_prompt: str = "") -> Gemma4Setup:
+          generation_prompt: str = "", enable_thinking: bool = True) -> Gemma4Setup:
     """The handler's grammar and parser for ``tools`` (:class:`~constrained.chat.tools.Tool`; ``tool_choice``
     ``auto`` / ``required`` / ``none``; ``src`` and ``generation_prompt`` are not used by this handler). The C++ is
     followed expression by expression, right operands of ``+`` and ``|`` first."""

@@ -59,7 +59,7 @@ def _parameters(tool: Any) -> Any:
 
 
 def build(tools: Sequence[Any], *, tool_choice: str, parallel: bool, extract_reasoning: bool, src: str = "",
-          generation_prompt: str = "") -> ArenaSetup:
+          generation_prompt: str = "", enable_thinking: bool = True) -> ArenaSetup:
     """The handler's grammar and parser for ``tools`` (:class:`~constrained.chat.tools.Tool`; ``tool_choice``
     ``auto`` / ``required`` / ``none``; ``parallel``, ``src`` and ``generation_prompt`` are not used)."""
     b = Builder()

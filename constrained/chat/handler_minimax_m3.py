@@ -146,15 +146,14 @@ class MinimaxM3Setup(ArenaSetup):
 
 # ---- the arena (minimax-m3.cpp) --------------------------------------------------------------------------------
 def build(tools: Sequence[Any], *, tool_choice: str, parallel: bool, extract_reasoning: bool, src: str = "",
-          generation_prompt: str = GENERATION_PROMPT) -> MinimaxM3Setup:
+          generation_prompt: str = GENERATION_PROMPT, enable_thinking: bool = True) -> MinimaxM3Setup:
     """The handler's grammar and parser for ``tools`` (:class:`~constrained.chat.tools.Tool`; ``tool_choice``
     ``auto`` / ``required`` / ``none``; ``generation_prompt`` the request's, its part before ``<mm:think>`` starts
-    the parser)."""
+    the parser; ``enable_thinking`` the request's)."""
     from ..json_schema import nodes as N
     from ..json_schema.json_text import load, u
 
     b = Builder()
-    enable_thinking = not generation_prompt.endswith(THINK_END)
     if not generation_prompt:
         gen = b.eps()
     else:

@@ -128,7 +128,8 @@ def _schema(b: Builder, name: str, tool: Any) -> int:
 
 
 def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: str, parallel: bool,
-          extract_reasoning: bool, names: Sequence[str] | None = None, generation_prompt: str = "") -> ArenaSetup:
+          extract_reasoning: bool, names: Sequence[str] | None = None, generation_prompt: str = "",
+          enable_thinking: bool = True) -> ArenaSetup:
     """The handler's arena for one request (``tool_choice`` ``auto`` / ``required`` / ``none``; ``names``: ours,
     only these tools; ``generation_prompt``: the request's, which the autoparser's parser starts with)."""
     chosen = [t for t in tools if names is None or t.name in names]
@@ -150,7 +151,7 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
     if handler in MODULES:
         return _module(handler).build(chosen, tool_choice=tool_choice, parallel=parallel,
                                       extract_reasoning=extract_reasoning, src=src or "",
-                                      generation_prompt=generation_prompt)
+                                      generation_prompt=generation_prompt, enable_thinking=enable_thinking)
     active = bool(chosen) and tool_choice != "none"
     fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
           "gpt_oss": _gpt_oss}[handler]

@@ -65,13 +65,16 @@ def src(name: str) -> str:
 
 
 def conversations(tools: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
-    """A plain conversation and one with a past call (id, arguments) and its result."""
+    """A plain conversation, one with a past call (id, arguments) and its result, one with past reasoning."""
     f = tools[0]["function"]["name"]
     return [[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}],
             [{"role": "user", "content": "Weather in Paris?"},
              {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "id": "abcDEF123",
                                                                   "function": {"name": f, "arguments": "{}"}}]},
-             {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny"}, {"role": "user", "content": "Now?"}]]
+             {"role": "tool", "tool_call_id": "abcDEF123", "content": "sunny"}, {"role": "user", "content": "Now?"}],
+            [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"},
+             {"role": "assistant", "content": "Sunny.", "reasoning_content": "Easy."},
+             {"role": "user", "content": "And tomorrow?"}]]
 
 
 def _choice(choice: str, tools: list[dict[str, Any]]) -> Any:
@@ -80,8 +83,10 @@ def _choice(choice: str, tools: list[dict[str, Any]]) -> Any:
 
 def setup_differences(name: str, toolsets: Iterable[str] = TOOLSETS, choices: Sequence[str] = CHOICES,
                       parallels: Sequence[bool | None] = PARALLELS, formats: Sequence[str] = FORMATS,
-                      convs: Sequence[int] = (0, 1)) -> tuple[int, list[tuple[Any, ...]]]:
-    """``(cases compared, [(case, field) that differ])``."""
+                      convs: Sequence[int] = (0, 1, 2), thinking: Sequence[bool | None] = (None,),
+                      ) -> tuple[int, list[tuple[Any, ...]]]:
+    """``(cases compared, [(case, field) that differ])`` (``thinking``: ``chat_template_kwargs.enable_thinking``,
+    None: not sent)."""
     from constrained.chat import ChatTemplates
     from constrained.server.chat_api import chat_params
     from constrained.server.errors import HttpError
@@ -97,13 +102,15 @@ def setup_differences(name: str, toolsets: Iterable[str] = TOOLSETS, choices: Se
                 continue
             for choice in choices:
                 for par in parallels:
-                    for rf in formats:
+                    for rf, et in [(f, e) for f in formats for e in thinking]:
                         body: dict[str, Any] = {"messages": msgs, "tools": tools, "reasoning_format": rf,
                                                 "tool_choice": _choice(choice, tools)}
                         if par is not None:
                             body["parallel_tool_calls"] = par
+                        if et is not None:
+                            body["chat_template_kwargs"] = {"enable_thinking": et}
                         theirs = chat_apply(s, {**body, "tool_choice": "auto" if choice == "named" else choice})
-                        case = (ts, ci, choice, par, rf)
+                        case = (ts, ci, choice, par, rf, et)
                         n += 1
                         try:
                             o = chat_params({**body, "llama_server_compat": True}, t, jinja=True)
@@ -185,9 +192,33 @@ def replies(handler: str, source: str) -> list[str]:
 
 
 W = {"city": 'Pa"ris é', "days": 3}
+WJ = '{"city": "Pa\\"ris é", "days": 3}'
+SB, SE = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+
+
+def _kimi(name: str, i: int, args: str) -> str:
+    return f"<|tool_call_begin|>functions.{name}:{i}<|tool_call_argument_begin|>{args}<|tool_call_end|>"
+
 #: replies per handler: content, reasoning, one and two calls, nested values, an unknown tool, text after the
 #: calls, malformed ones, multi-byte text
 REPLIES: dict[str, list[str]] = {
+    "kimi_k2": ["Just text.", f"<think>Let me see</think>Sure.{SB}{_kimi('get_weather', 0, WJ)}{SE}",
+                f"{SB}{_kimi('get_weather', 0, WJ)}{_kimi('ping', 1, '{}')}{SE}", f"no section {_kimi('ping', 3, '{}')}",
+                f"<think>thinking, then a call {SB}{_kimi('ping', 0, '{}')}", f"{SB}{_kimi('nope', 0, '{}')}{SE}",
+                f"{SB}{_kimi('ping', 0, '{}')}{SE} and after", "<think>only thinking", "émoji 🎉"],
+    "ministral_3": ["Just text.", f"[THINK]Let me see[/THINK]Sure.[TOOL_CALLS]get_weather[ARGS]{WJ}",
+                    f"[TOOL_CALLS]get_weather[ARGS]{WJ}[TOOL_CALLS]ping[ARGS]{{}}", "[TOOL_CALLS]nope[ARGS]{}",
+                    "[TOOL_CALLS]ping[ARGS]{} after", "[THINK]only thinking", "émoji 🎉 [TOOL"],
+    "gpt_oss": ["<|channel|>analysis<|message|>Think é<|end|><|start|>assistant<|channel|>final<|message|>Hello 🎉",
+                "<|channel|>analysis<|message|>Need it<|end|><|start|>assistant to=functions.get_weather<|channel|>"
+                f"commentary <|constrain|>json<|message|>{WJ}", "<|channel|>commentary to=functions.ping<|message|>{}",
+                "<|channel|>commentary<|message|>Let me check<|end|><|start|>assistant to=functions.ping<|channel|>"
+                "commentary<|message|>{}", "<|channel|>final<|message|>Hi", "plain text",
+                "<|channel|>commentary to=assistant<|channel|>final<|message|>x",
+                " to=browser.search<|channel|>commentary<|message|>{}<|end|>",
+                "<|channel|>commentary to=functions.nope<|message|>{}"],
+    "functionary_v3_2": ["all\nJust text.", f"get_weather\n{WJ}", f"all\nLet me check.>>>get_weather\n{WJ}>>>ping\n{{}}",
+                         "all\nx>>>nope\n{}", "ping\n{} after", "all\némoji 🎉 >>", "nope"],
     "gemma4": [
         "Just text.", "<|channel>thought\nLet me see<channel|>Sure." + _call("gemma4", "get_weather", W),
         _call("gemma4", "get_weather", W) + _call("gemma4", "ping", {}),
@@ -234,7 +265,7 @@ _replies = replies
 def parse_differences(name: str, handler: str, replies: Sequence[str] | None = None,
                       choices: Sequence[str] = ("auto", "required"), parallels: Sequence[bool] = (True, False),
                       formats: Sequence[str] = FORMATS, tools: Sequence[dict[str, Any]] | None = None,
-                      step: int = 1) -> tuple[int, int, list[tuple[Any, ...]]]:
+                      step: int = 1, thinking: Sequence[bool] = (True,)) -> tuple[int, int, list[tuple[Any, ...]]]:
     """``(texts parsed, of which with calls, [(case, text, partial, theirs, ours)] that differ])``: every
     ``step``-th prefix of each reply (partial) and the whole (final)."""
     from constrained.chat.tools import tool_call_setup_for_template
@@ -246,12 +277,13 @@ def parse_differences(name: str, handler: str, replies: Sequence[str] | None = N
     bad = []
     for choice in choices:
         for par in parallels:
-            for rf in formats:
+            for rf, et in [(f, e) for f in formats for e in thinking]:
                 body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": choice,
-                        "parallel_tool_calls": par, "reasoning_format": rf}
+                        "parallel_tool_calls": par, "reasoning_format": rf,
+                        "chat_template_kwargs": {"enable_thinking": et}}
                 gen = chat_apply(s, body)["generation_prompt"]
                 setup = tool_call_setup_for_template(s, tools, choice, par, llama_server_compat=True,
-                                                     extract_reasoning=rf != "none")
+                                                     extract_reasoning=rf != "none", enable_thinking=et)
                 texts: list[tuple[str, bool]] = []
                 for r in (_replies(handler, s) if replies is None else replies):
                     texts += [(r[:i], True) for i in range(0, len(r) + 1, step)] + [(r, False)]
@@ -262,5 +294,5 @@ def parse_differences(name: str, handler: str, replies: Sequence[str] | None = N
                     n += 1
                     n_calls += bool(th["ok"] and th["msg"].get("tool_calls"))
                     if mine != expect:
-                        bad.append(((choice, par, rf), text, partial, expect, mine))
+                        bad.append(((choice, par, rf, et), text, partial, expect, mine))
     return n, n_calls, bad
