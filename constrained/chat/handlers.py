@@ -16,6 +16,9 @@ Handlers (the sdist templates llama-server dispatches to them, ``common_chat_try
   [<|constrain|>json]<|message|>{json}`` (or the recipient after the channel).
 - ``functionary_v3_2``: Functionary medium v3.2. The generation prompt ends with ``>>>``; the reply is
   ``all\\n<content>`` and/or ``<name>\\n{json}`` blocks, each after ``>>>``.
+- In modules of their own (:data:`MODULES`): ``gemma4`` (:mod:`constrained.chat.handler_gemma4`), ``deepseek_v3_2``
+  (:mod:`constrained.chat.handler_deepseek`: DeepSeek V3.2 / V4), ``kimi_k3`` (:mod:`constrained.chat.handler_kimi_k3`),
+  ``minimax_m3`` (:mod:`constrained.chat.handler_minimax_m3`).
 
 Example:
     >>> from constrained.chat.tools import normalize_tools
