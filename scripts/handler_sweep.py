@@ -25,7 +25,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from constrained.chat.handlers import handler_for  # noqa: E402
-from oracle.cases.handler_shim import ARRAYS, D, MIXED, PING, REPLIES, WEATHER, parse_differences, setup_differences  # noqa: E402
+from oracle.cases.handler_shim import (  # noqa: E402
+    ARRAYS,
+    MIXED,
+    PING,
+    REPLIES,
+    WEATHER,
+    D,
+    parse_differences,
+    setup_differences,
+)
 
 
 def main() -> int:

@@ -63,9 +63,10 @@ GENERATION_PROMPTS = {
 
 
 def _module(handler: str) -> Any:
-    import importlib
+    from . import handler_deepseek, handler_gemma4, handler_kimi_k3, handler_minimax_m3
 
-    return importlib.import_module(f"{__package__}.{MODULES[handler]}")
+    return {"gemma4": handler_gemma4, "deepseek_v3_2": handler_deepseek, "kimi_k3": handler_kimi_k3,
+            "minimax_m3": handler_minimax_m3}[handler]
 
 
 def handler_for(src: str | None) -> str | None:

@@ -12,8 +12,8 @@ the comparisons shared by ``tests/chat/test_handler_ports.py`` (a fixed sample) 
   ``common_chat_parse``: the same message (content, reasoning, calls), or both fail.
 
 Example:
-    >>> sorted(REPLIES)[:2]
-    ['deepseek_v3_2', 'gemma4']
+    >>> sorted(REPLIES)[:3]
+    ['deepseek_v3_2', 'functionary_v3_2', 'gemma4']
 """
 
 from __future__ import annotations

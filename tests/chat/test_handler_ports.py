@@ -19,7 +19,16 @@ import pytest
 
 from constrained.chat.handlers import handler_for
 from constrained.chat.tools import detect_format, parse_reply, tool_call_setup_for_template
-from oracle.cases.handler_shim import ARRAYS, D, MIXED, PING, WEATHER, parse_differences, setup_differences, src
+from oracle.cases.handler_shim import (
+    ARRAYS,
+    MIXED,
+    PING,
+    WEATHER,
+    D,
+    parse_differences,
+    setup_differences,
+    src,
+)
 
 TEMPLATES = {
     "gemma4": ["google-gemma-4-31B-it.jinja", "google-gemma-4-31B-it-interleaved.jinja"],
