@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import string
@@ -299,9 +300,11 @@ def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tupl
     raise ToolError(f"Invalid tool_choice: {tool_choice}")
 
 
+@functools.lru_cache(maxsize=32)
 def _generation_prompt(src: str) -> str:
     """``common_chat_template_generation_prompt`` of a one-message conversation (the parser's start, for
-    :func:`parse_reply`; the server passes the request's own)."""
+    :func:`parse_reply`; the server passes the request's own). Cached by source: compiling a template costs
+    hundreds of milliseconds."""
     from .template import ChatTemplates, generation_prompt
 
     return generation_prompt(ChatTemplates(src), [{"role": "user", "content": "hi"}], {"preserve_reasoning": True})

@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -64,6 +65,13 @@ def src(name: str) -> str:
     return (D / name).read_text()
 
 
+@functools.lru_cache(maxsize=None)
+def _templates(name: str) -> Any:
+    from constrained.chat import ChatTemplates
+
+    return ChatTemplates(src(name))       # compiled once per template
+
+
 def conversations(tools: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """A plain conversation, one with a past call (id, arguments) and its result, one with past reasoning."""
     f = tools[0]["function"]["name"]
@@ -87,13 +95,12 @@ def setup_differences(name: str, toolsets: Iterable[str] = TOOLSETS, choices: Se
                       ) -> tuple[int, list[tuple[Any, ...]]]:
     """``(cases compared, [(case, field) that differ])`` (``thinking``: ``chat_template_kwargs.enable_thinking``,
     None: not sent)."""
-    from constrained.chat import ChatTemplates
     from constrained.server.chat_api import chat_params
     from constrained.server.errors import HttpError
     from oracle.render import chat_apply
 
     s = src(name)
-    t = ChatTemplates(s)
+    t = _templates(name)
     n, bad = 0, []
     for ts in toolsets:
         tools = TOOLSETS[ts]
