@@ -149,7 +149,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         from .tools_api import plan_tools
 
         # the handler's parser depends on enable_thinking (DeepSeek V3.2 / V4, MiniMax M3): the request's, else on
-        kw_et = {**(chat_template_kwargs or {}), **_jv(body, "chat_template_kwargs", {}, dict)}.get("enable_thinking")
+        ctk = body.get("chat_template_kwargs")       # (a bad value is refused below, after the tools' errors)
+        kw_et = {**(chat_template_kwargs or {}), **(ctk if isinstance(ctk, dict) else {})}.get("enable_thinking")
         tool_plan = plan_tools(body, templates, reasoning_format, enable_thinking=kw_et if isinstance(kw_et, bool)
                                else True)
         if tool_plan is not None:
