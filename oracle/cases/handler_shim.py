@@ -65,7 +65,7 @@ def src(name: str) -> str:
     return (D / name).read_text()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _templates(name: str) -> Any:
     from constrained.chat import ChatTemplates
 
