@@ -16,6 +16,9 @@ Handlers (the sdist templates llama-server dispatches to them, ``common_chat_try
   [<|constrain|>json]<|message|>{json}`` (or the recipient after the channel).
 - ``functionary_v3_2``: Functionary medium v3.2. The generation prompt ends with ``>>>``; the reply is
   ``all\\n<content>`` and/or ``<name>\\n{json}`` blocks, each after ``>>>``.
+- In modules of their own (:data:`MODULES`): ``gemma4`` (:mod:`constrained.chat.handler_gemma4`), ``deepseek_v3_2``
+  (:mod:`constrained.chat.handler_deepseek`: DeepSeek V3.2 / V4), ``kimi_k3`` (:mod:`constrained.chat.handler_kimi_k3`),
+  ``minimax_m3`` (:mod:`constrained.chat.handler_minimax_m3`).
 
 Example:
     >>> from constrained.chat.tools import normalize_tools
@@ -42,7 +45,12 @@ WORD, PATTERN = 1, 2
 REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "reasoning", "content", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
 
-HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss")
+#: handlers in a module of their own (``constrained.chat.handler_<name>``: ``build``, ``preserved_tokens``,
+#: ``GENERATION_PROMPT``)
+MODULES = {"gemma4": "handler_gemma4", "deepseek_v3_2": "handler_deepseek", "kimi_k3": "handler_kimi_k3",
+           "minimax_m3": "handler_minimax_m3"}
+
+HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULES)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
 GENERATION_PROMPTS = {
@@ -52,6 +60,13 @@ GENERATION_PROMPTS = {
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
     "gpt_oss": "<|start|>assistant",
 }
+
+
+def _module(handler: str) -> Any:
+    from . import handler_deepseek, handler_gemma4, handler_kimi_k3, handler_minimax_m3
+
+    return {"gemma4": handler_gemma4, "deepseek_v3_2": handler_deepseek, "kimi_k3": handler_kimi_k3,
+            "minimax_m3": handler_minimax_m3}[handler]
 
 
 def handler_for(src: str | None) -> str | None:
@@ -89,6 +104,8 @@ def preserved_tokens(handler: str, src: str | None) -> list[str]:
         from .qwen3_coder import preserved_tokens as q
 
         return q(src)
+    if handler in MODULES:
+        return list(_module(handler).preserved_tokens(src or ""))
     return {
         "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"],
@@ -115,7 +132,8 @@ def _schema(b: Builder, name: str, tool: Any) -> int:
 
 
 def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: str, parallel: bool,
-          extract_reasoning: bool, names: Sequence[str] | None = None, generation_prompt: str = "") -> ArenaSetup:
+          extract_reasoning: bool, names: Sequence[str] | None = None, generation_prompt: str = "",
+          enable_thinking: bool = True) -> ArenaSetup:
     """The handler's arena for one request (``tool_choice`` ``auto`` / ``required`` / ``none``; ``names``: ours,
     only these tools; ``generation_prompt``: the request's, which the autoparser's parser starts with)."""
     chosen = [t for t in tools if names is None or t.name in names]
@@ -134,6 +152,10 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
         thinks = supports_reasoning(src)
         return q(chosen, reasoning=thinks, extract_reasoning=extract_reasoning, tool_choice=tool_choice,
                  parallel=parallel, coder=not thinks)
+    if handler in MODULES:
+        return _module(handler).build(chosen, tool_choice=tool_choice, parallel=parallel,
+                                      extract_reasoning=extract_reasoning, src=src or "",
+                                      generation_prompt=generation_prompt, enable_thinking=enable_thinking)
     active = bool(chosen) and tool_choice != "none"
     fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
           "gpt_oss": _gpt_oss}[handler]

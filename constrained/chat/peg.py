@@ -51,6 +51,8 @@ class _Node:
     text: str
     children: list[_Node]
     stable: bool = field(default=False, compare=False)     # its text holds for every extension of the input
+    rule: str = ""                 # the rule's name for a rule's node (llama.cpp's ``common_peg_ast_node::rule``)
+    partial: bool = False          # ``is_partial``: the child needed more input
 
 
 class _Res:
@@ -351,15 +353,15 @@ class _StrContent(_P):
 class _Wrap(_P):
     """A tag (``tag``): wraps the child's nodes in one AST node, partial included."""
 
-    def __init__(self, tag: str, child: _P) -> None:
-        self.tag, self.child = tag, child
+    def __init__(self, tag: str, child: _P, rule: str = "") -> None:
+        self.tag, self.child, self.rule = tag, child, rule
 
     def parse(self, c: _Ctx, pos: int) -> _Res:
         c.steps += 1
         r = self.child.parse(c, pos)
         if r.type == FAIL:
             return r
-        node = _Node(self.tag, c.s[r.start:r.end], list(r.nodes), r.hi < c.n)
+        node = _Node(self.tag, c.s[r.start:r.end], list(r.nodes), r.hi < c.n, self.rule, r.type == NEED_MORE)
         return _Res(r.type, r.start, r.end, [node], r.hi)
 
 

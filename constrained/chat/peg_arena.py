@@ -447,7 +447,7 @@ class Builder:
                 if late is None:
                     late = rule_refs[name] = _Late()
                     rid = self.rules[name]
-                    late.target = _Wrap("", conv(self.nodes[rid].children[0]))
+                    late.target = _Wrap("", conv(self.nodes[rid].children[0]), name)
                 memo[i] = late
                 return late
             if k == "eps":
@@ -497,8 +497,12 @@ _CHAR_CLASSES = {"[1-9]": "123456789", "[0-9]": "0123456789", "[+-]": "+-", "[0-
 
 def _chars(pattern: str, lo: int, hi: int) -> _P:
     allowed = _CHAR_CLASSES.get(pattern)
-    if allowed is None:
-        raise ValueError(f"character class not supported here: {pattern}")
+    if allowed is None:                 # another bracket class ([^:}]): the same class as a Python regex
+        if not (pattern.startswith("[") and pattern.endswith("]")):
+            raise ValueError(f"character class not supported here: {pattern}")
+        p = _Chars(" ", lo, hi)
+        p.run = re.compile(pattern + ("*" if hi == -1 else f"{{0,{hi}}}"))
+        return p
     return _Chars(allowed, lo, hi)
 
 

@@ -33,6 +33,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import json
 import secrets
 import string
@@ -169,7 +170,7 @@ class ToolCallSetup:
 
 def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool | None = None, *,
                     fmt: str = "hermes", llama_server_compat: bool = False, template_source: str | None = None,
-                    extract_reasoning: bool = True) -> ToolCallSetup:
+                    extract_reasoning: bool = True, enable_thinking: bool = True) -> ToolCallSetup:
     """The grammar, laziness, triggers and preserved tokens for ``tools`` in format ``fmt``.
 
     ``fmt``: ``generic`` (ours) or a key of :data:`~constrained.chat.tool_formats.FORMATS` (``hermes``, ``qwen3``,
@@ -194,7 +195,7 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
 
     if fmt in HANDLERS or fmt == "autoparser":
         return _handler_setup(fmt, tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
-                              llama_server_compat)
+                              llama_server_compat, enable_thinking)
     if fmt != "generic" and fmt not in FORMATS:
         raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
@@ -269,7 +270,8 @@ def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) 
 
 def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_choice: Any = "auto",
                                  parallel_tool_calls: bool | None = None, *,
-                                 llama_server_compat: bool = False, extract_reasoning: bool = True) -> ToolCallSetup:
+                                 llama_server_compat: bool = False, extract_reasoning: bool = True,
+                                 enable_thinking: bool = True) -> ToolCallSetup:
     """:func:`tool_call_setup` in the format llama-server uses for this chat template (``generic`` when it has
     none that is reproduced here, e.g. ChatML, Gemma 3): the server needs no per-format knowledge.
 
@@ -280,7 +282,7 @@ def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_c
     """
     return tool_call_setup(tools, tool_choice, parallel_tool_calls, fmt=detect_format(template_source),
                            llama_server_compat=llama_server_compat, template_source=template_source,
-                           extract_reasoning=extract_reasoning)
+                           extract_reasoning=extract_reasoning, enable_thinking=enable_thinking)
 
 
 def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tuple[str, str | None]:
@@ -298,16 +300,18 @@ def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tupl
     raise ToolError(f"Invalid tool_choice: {tool_choice}")
 
 
+@functools.lru_cache(maxsize=32)
 def _generation_prompt(src: str) -> str:
     """``common_chat_template_generation_prompt`` of a one-message conversation (the parser's start, for
-    :func:`parse_reply`; the server passes the request's own)."""
+    :func:`parse_reply`; the server passes the request's own). Cached by source: compiling a template costs
+    hundreds of milliseconds."""
     from .template import ChatTemplates, generation_prompt
 
     return generation_prompt(ChatTemplates(src), [{"role": "user", "content": "hi"}], {"preserve_reasoning": True})
 
 
 def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
-                   extract_reasoning: bool, llama_server_compat: bool) -> ToolCallSetup:
+                   extract_reasoning: bool, llama_server_compat: bool, enable_thinking: bool = True) -> ToolCallSetup:
     from .caps import template_caps
     from .handlers import GENERATION_PROMPTS, build, preserved_tokens
 
@@ -319,7 +323,8 @@ def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: 
         parallel = bool(parallel_tool_calls)
     gen = _generation_prompt(src) if src else GENERATION_PROMPTS.get(fmt, "")
     h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
-              extract_reasoning=extract_reasoning, names=None if named is None else [named], generation_prompt=gen)
+              extract_reasoning=extract_reasoning, names=None if named is None else [named], generation_prompt=gen,
+              enable_thinking=enable_thinking)
     return ToolCallSetup(fmt, ts, choice, parallel, h.grammar, h.lazy,
                          [{"type": k, "value": v} for k, v in h.triggers], preserved_tokens(fmt, src), None, named,
                          generation_prompt=gen, prefill=h.grammar is not None and not h.lazy,

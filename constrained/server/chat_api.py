@@ -148,7 +148,11 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     if jinja and has_tools:                # tools_api: the tool setup (the generic format rewrites the messages)
         from .tools_api import plan_tools
 
-        tool_plan = plan_tools(body, templates, reasoning_format)
+        # the handler's parser depends on enable_thinking (DeepSeek V3.2 / V4, MiniMax M3): the request's, else on
+        ctk = body.get("chat_template_kwargs")       # (a bad value is refused below, after the tools' errors)
+        kw_et = {**(chat_template_kwargs or {}), **(ctk if isinstance(ctk, dict) else {})}.get("enable_thinking")
+        tool_plan = plan_tools(body, templates, reasoning_format, enable_thinking=kw_et if isinstance(kw_et, bool)
+                               else True)
         if tool_plan is not None:
             msgs = tool_plan.messages(msgs)
             tools = tool_plan.template_tools

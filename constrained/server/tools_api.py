@@ -78,7 +78,8 @@ class ToolPlan:
         return out
 
 
-def plan_tools(body: dict[str, Any], templates: Any, reasoning_format: str = "deepseek") -> ToolPlan | None:
+def plan_tools(body: dict[str, Any], templates: Any, reasoning_format: str = "deepseek", *,
+               enable_thinking: bool = True) -> ToolPlan | None:
     """The tool plan of a chat request whose ``tools`` is a non-empty array (``--jinja``; ``reasoning_format``
     the request's or the server's: a handler's parser extracts reasoning unless it is ``none``); ``None`` where the
     request asks for llama-server's behaviour (``"llama_server_compat": true``, ours) and the template cannot render
@@ -97,7 +98,8 @@ def plan_tools(body: dict[str, Any], templates: Any, reasoning_format: str = "de
     try:
         setup = tool_call_setup_for_template(templates.source, body["tools"], choice, par,
                                              llama_server_compat=compat,
-                                             extract_reasoning=reasoning_format != "none")
+                                             extract_reasoning=reasoning_format != "none",
+                                             enable_thinking=enable_thinking)
         shown = template_tools(body["tools"])
     except ToolError as e:
         msg = str(e)

@@ -32,18 +32,22 @@ SETTINGS = [
 ]
 
 
+# each override once, greedy and not streamed or sampled and streamed (budget 0 greedy: the forced tokens are
+# checked); 16 tokens hold a budget of 6, the longest message and the end tag
+EXTRAS = [({}, False), ({"reasoning_budget_tokens": 0}, False), ({"reasoning_budget_tokens": 6}, True),
+          ({"thinking_budget_tokens": 1, "reasoning_budget_message": "Stop."}, True),
+          ({"reasoning_budget_tokens": -1}, False), ({"chat_template_kwargs": {"enable_thinking": False}}, True)]
+
+
 def _bodies(tools: bool) -> list[dict]:
     q = [{"role": "user", "content": "What is the weather in Paris? Think first."}]
     out = []
-    for extra in ({}, {"reasoning_budget_tokens": 0}, {"reasoning_budget_tokens": 6},
-                  {"thinking_budget_tokens": 1, "reasoning_budget_message": "Stop."}, {"reasoning_budget_tokens": -1},
-                  {"chat_template_kwargs": {"enable_thinking": False}}):
-        for stream, temp in ((False, 0.0), (True, 0.8)):
-            b = {"messages": q, "max_tokens": 20, "temperature": temp, "seed": 5, "stream": stream,
-                 "verbose": True, "return_tokens": True, "cache_prompt": False, **extra}
-            if tools:
-                b["tools"] = [WEATHER]     # a lazy grammar: the budget sampler exists even unlimited
-            out.append(b)
+    for extra, stream in EXTRAS:
+        b = {"messages": q, "max_tokens": 16, "temperature": 0.8 if stream else 0.0, "seed": 5, "stream": stream,
+             "verbose": True, "return_tokens": True, "cache_prompt": False, **extra}
+        if tools:
+            b["tools"] = [WEATHER]     # a lazy grammar: the budget sampler exists even unlimited
+        out.append(b)
     return out
 
 
