@@ -36,13 +36,16 @@ from typing import Any
 
 from .peg_arena import ArenaSetup, Builder
 
-__all__ = ["GENERATION_PROMPTS", "HANDLERS", "build", "handler_for", "preserved_tokens"]
+__all__ = ["GENERATION_PROMPTS", "HANDLERS", "MODULE_HANDLERS", "build", "handler_for", "preserved_tokens"]
 
 WORD, PATTERN = 1, 2
 REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "reasoning", "content", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
 
-HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss")
+#: handlers in their own modules ``constrained.chat.<module>``: ``setup(src, tools, *, tool_choice, parallel,
+#: extract_reasoning, generation_prompt)`` and ``preserved(src)``
+MODULE_HANDLERS = {"lfm2": "handler_lfm2", "lfm2_5": "handler_lfm2"}
+HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULE_HANDLERS)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
 GENERATION_PROMPTS = {
@@ -51,6 +54,7 @@ GENERATION_PROMPTS = {
     "ministral_3": "",
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
     "gpt_oss": "<|start|>assistant",
+    "lfm2": "<|im_start|>assistant\n", "lfm2_5": "<|im_start|>assistant\n",
 }
 
 
@@ -89,6 +93,8 @@ def preserved_tokens(handler: str, src: str | None) -> list[str]:
         from .qwen3_coder import preserved_tokens as q
 
         return q(src)
+    if handler in MODULE_HANDLERS:
+        return _module(handler).preserved(src)
     return {
         "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"],
@@ -134,10 +140,19 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
         thinks = supports_reasoning(src)
         return q(chosen, reasoning=thinks, extract_reasoning=extract_reasoning, tool_choice=tool_choice,
                  parallel=parallel, coder=not thinks)
+    if handler in MODULE_HANDLERS:
+        return _module(handler).setup(src, chosen, tool_choice=tool_choice, parallel=parallel,
+                                      extract_reasoning=extract_reasoning, generation_prompt=generation_prompt)
     active = bool(chosen) and tool_choice != "none"
     fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
           "gpt_oss": _gpt_oss}[handler]
     return fn(chosen, active, tool_choice, parallel, extract_reasoning)
+
+
+def _module(handler: str) -> Any:
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{MODULE_HANDLERS[handler]}")
 
 
 def _finish(b: Builder, root: int, grammar: bool, lazy: bool, triggers: list[tuple[int, str]]) -> ArenaSetup:
