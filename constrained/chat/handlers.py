@@ -44,7 +44,7 @@ REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS =
 
 #: handlers in their own modules ``constrained.chat.<module>``: ``setup(src, tools, *, tool_choice, parallel,
 #: extract_reasoning, generation_prompt)`` and ``preserved(src)``
-MODULE_HANDLERS = {"lfm2": "handler_lfm2", "lfm2_5": "handler_lfm2"}
+MODULE_HANDLERS = {"lfm2": "handler_lfm2", "lfm2_5": "handler_lfm2", "cohere2moe": "handler_cohere2moe"}
 HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULE_HANDLERS)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
@@ -55,6 +55,7 @@ GENERATION_PROMPTS = {
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
     "gpt_oss": "<|start|>assistant",
     "lfm2": "<|im_start|>assistant\n", "lfm2_5": "<|im_start|>assistant\n",
+    "cohere2moe": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>",
 }
 
 

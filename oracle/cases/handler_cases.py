@@ -48,6 +48,7 @@ CHOICES: list[Any] = ["auto", "required", "none", "named"]
 TEMPLATES = {
     "lfm2": ["LFM2-8B-A1B.jinja"],
     "lfm2_5": ["LFM2.5-8B-A1B.jinja", "LFM2.5-Instruct.jinja"],
+    "cohere2moe": ["Cohere2MoE.jinja"],
 }
 
 _W = '{"city": "Pa\\"ris é", "days": 3}'
@@ -63,6 +64,15 @@ REPLIES: dict[str, list[str]] = {
              "<think>only thinking", "émoji 🎉 <|tool_call_st"],
 }
 REPLIES["lfm2_5"] = REPLIES["lfm2"]
+_A = '{"tool_call_id": "0", "tool_name": "get_weather", "parameters": ' + _W + '}'
+REPLIES["cohere2moe"] = [
+    "Let me see<|END_THINKING|><|START_TEXT|>Just text é 🎉<|END_TEXT|><|END_OF_TURN_TOKEN|>",
+    "<|START_THINKING|>hm<|END_THINKING|><|START_ACTION|>[\n    " + _A + "\n]<|END_ACTION|>",
+    '<|END_THINKING|><|START_ACTION|>[' + _A + ', {"tool_call_id": 1, "tool_name": "ping", "parameters": {}}]'
+    '<|END_ACTION|><|END_OF_TURN_TOKEN|>',
+    'x<|START_ACTION|>[{"tool_name": "ping", "parameters": {}}]<|END_ACTION|>',
+    '<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": "nope", "parameters": {}}]<|END_ACTION|>',
+    "<|START_TEXT|>no thinking", "only thinking", "<|END_THINKING|><|START_TEXT|>a<|END_TEXT|> after"]
 
 
 def template_source(name: str) -> str:
