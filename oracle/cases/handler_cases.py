@@ -49,7 +49,11 @@ TEMPLATES = {
     "lfm2": ["LFM2-8B-A1B.jinja"],
     "lfm2_5": ["LFM2.5-8B-A1B.jinja", "LFM2.5-Instruct.jinja"],
     "cohere2moe": ["Cohere2MoE.jinja"],
+    "gigachat_v3": ["GigaChat3-10B-A1.8B.jinja"],
 }
+
+#: the parse sweep's tools (GigaChat 3: llama.cpp's jinja throws on MIXED's type list, a listed deviation)
+PARSE_TOOLS: dict[str, list[dict[str, Any]]] = {"gigachat_v3": [WEATHER, PING]}
 
 _W = '{"city": "Pa\\"ris é", "days": 3}'
 #: replies per handler (content, reasoning, one and two calls, an unknown tool, text after the calls, a cut one,
@@ -73,6 +77,12 @@ REPLIES["cohere2moe"] = [
     'x<|START_ACTION|>[{"tool_name": "ping", "parameters": {}}]<|END_ACTION|>',
     '<|END_THINKING|><|START_ACTION|>[{"tool_call_id": "0", "tool_name": "nope", "parameters": {}}]<|END_ACTION|>',
     "<|START_TEXT|>no thinking", "only thinking", "<|END_THINKING|><|START_TEXT|>a<|END_TEXT|> after"]
+_G = "<|message_sep|>\n\nfunction call<|role_sep|>\n"
+REPLIES["gigachat_v3"] = [
+    "Just text é 🎉", "Sure." + _G + '{"name": "get_weather", "arguments": ' + _W + "}",
+    _G + '{"name": "ping", "arguments": {}}', _G + '{"name":"ping" , "arguments":{}} after',
+    _G + '{"name": "ping", "arguments": {}}' + _G + '{"name": "ping", "arguments": {}}',
+    _G + '{"name": "nope", "arguments": {}}', "cut <|message_sep|>\n\nfunction c"]
 
 
 def template_source(name: str) -> str:
@@ -144,7 +154,7 @@ def parse_results(name: str, handler: str, *, choice: str, parallel: bool, rf: s
     from constrained.chat.tools import tool_call_setup_for_template
 
     src = template_source(name)
-    tools = tools or [WEATHER, MIXED, PING]
+    tools = tools or PARSE_TOOLS.get(handler, [WEATHER, MIXED, PING])
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": tools, "tool_choice": choice,
             "parallel_tool_calls": parallel, "reasoning_format": rf}
     gen = chat_apply(src, body)["generation_prompt"]
