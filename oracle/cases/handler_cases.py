@@ -50,6 +50,7 @@ TEMPLATES = {
     "lfm2_5": ["LFM2.5-8B-A1B.jinja", "LFM2.5-Instruct.jinja"],
     "cohere2moe": ["Cohere2MoE.jinja"],
     "gigachat_v3": ["GigaChat3-10B-A1.8B.jinja"],
+    "ling3": ["inclusionai-ling-3.0-flash.jinja"],
 }
 
 #: the parse sweep's tools (GigaChat 3: llama.cpp's jinja throws on MIXED's type list, a listed deviation)
@@ -83,6 +84,19 @@ REPLIES["gigachat_v3"] = [
     _G + '{"name": "ping", "arguments": {}}', _G + '{"name":"ping" , "arguments":{}} after',
     _G + '{"name": "ping", "arguments": {}}' + _G + '{"name": "ping", "arguments": {}}',
     _G + '{"name": "nope", "arguments": {}}', "cut <|message_sep|>\n\nfunction c"]
+
+
+def _ling(name: str, **args: str) -> str:
+    return "<tool_call>" + name + "\n" + "".join(f"<arg_key>{k}</arg_key>\n<arg_value>{v}</arg_value>\n"
+                                               for k, v in args.items()) + "</tool_call>"
+
+
+REPLIES["ling3"] = [
+    "Let me see</think>Just text é 🎉<|role_end|>", "hm</think>\n\nSure." + _ling("get_weather", city="Pa\"ris", days="3"),
+    "</think>" + _ling("q", a="x y", b="7", c='{"x": 1.5}') + "\n" + _ling("ping") + "<|role_end|>",
+    "thinking, then a call " + _ling("q", c='{"x": 1}', b="seven", a="s", d="[true]") + " after",
+    "</think>" + _ling("nope"), "</think><tool_call>get_weather  <arg_key>units</arg_key><arg_value>c</arg_value>"
+    "</tool_call>", "only thinking", "</think>cut <tool_call>get_wea"]
 
 
 def template_source(name: str) -> str:
