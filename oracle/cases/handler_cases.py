@@ -51,6 +51,7 @@ TEMPLATES = {
     "cohere2moe": ["Cohere2MoE.jinja"],
     "gigachat_v3": ["GigaChat3-10B-A1.8B.jinja"],
     "ling3": ["inclusionai-ling-3.0-flash.jinja"],
+    "minicpm5": ["openbmb-MiniCPM5-1B.jinja"],
 }
 
 #: the parse sweep's tools (GigaChat 3: llama.cpp's jinja throws on MIXED's type list, a listed deviation)
@@ -97,6 +98,18 @@ REPLIES["ling3"] = [
     "thinking, then a call " + _ling("q", c='{"x": 1}', b="seven", a="s", d="[true]") + " after",
     "</think>" + _ling("nope"), "</think><tool_call>get_weather  <arg_key>units</arg_key><arg_value>c</arg_value>"
     "</tool_call>", "only thinking", "</think>cut <tool_call>get_wea"]
+
+
+def _cpm(name: str, **args: str) -> str:
+    return f'<function name="{name}">' + "".join(f'<param name="{k}">{v}</param>' for k, v in args.items()) + \
+        "</function>"
+
+
+REPLIES["minicpm5"] = [
+    "<think>Let me see</think>\n\nJust text é 🎉", "Sure." + _cpm("get_weather", city="Pa\"ris", days="3"),
+    "<think>hm</think>" + _cpm("q", a="<![CDATA[x</param>y]]>", b="7", c='{"x": 1.5}', d="[true]") + "\n"
+    + _cpm("ping"), _cpm("get_weather", units="c") + " after", _cpm("nope"), "<think>only thinking",
+    'cut <function name="get_wea']
 
 
 def template_source(name: str) -> str:
