@@ -46,7 +46,7 @@ REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS =
 #: extract_reasoning, generation_prompt)`` and ``preserved(src)``
 MODULE_HANDLERS = {"lfm2": "handler_lfm2", "lfm2_5": "handler_lfm2", "cohere2moe": "handler_cohere2moe",
                    "gigachat_v3": "handler_gigachat_v3", "ling3": "handler_ling3",
-                   "minicpm5": "handler_minicpm5"}
+                   "minicpm5": "handler_minicpm5", "muse_glimmer": "handler_muse_glimmer"}
 HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULE_HANDLERS)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
@@ -61,6 +61,7 @@ GENERATION_PROMPTS = {
     "gigachat_v3": "assistant<|role_sep|>\n",
     "ling3": "<role>ASSISTANT</role>\n<think>",
     "minicpm5": "<|im_start|>assistant\n",
+    "muse_glimmer": "<|start|>assistant",
 }
 
 

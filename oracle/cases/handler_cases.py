@@ -52,6 +52,7 @@ TEMPLATES = {
     "gigachat_v3": ["GigaChat3-10B-A1.8B.jinja"],
     "ling3": ["inclusionai-ling-3.0-flash.jinja"],
     "minicpm5": ["openbmb-MiniCPM5-1B.jinja"],
+    "muse_glimmer": ["muse-glimmer.jinja"],
 }
 
 #: the parse sweep's tools (GigaChat 3: llama.cpp's jinja throws on MIXED's type list, a listed deviation)
@@ -110,6 +111,20 @@ REPLIES["minicpm5"] = [
     "<think>hm</think>" + _cpm("q", a="<![CDATA[x</param>y]]>", b="7", c='{"x": 1.5}', d="[true]") + "\n"
     + _cpm("ping"), _cpm("get_weather", units="c") + " after", _cpm("nope"), "<think>only thinking",
     'cut <function name="get_wea']
+
+
+def _muse(name: str, to: str = "functions", **args: str) -> str:
+    return (f' to={to}<|message|><atem:function_calls>\n<atem:invoke name="{name}">'
+            + "".join(f'<atem:parameter name="{k}">{v}</atem:parameter>' for k, v in args.items())
+            + "</atem:invoke>\n</atem:function_calls>")
+
+
+REPLIES["muse_glimmer"] = [
+    " to=self<|message|>Let me see<|eom|><|start|>assistant to=user<|message|>Just text é 🎉<|eot|>",
+    "<|message|>plain", " to=self<|message|>hm<|eom|><|start|>assistant" + _muse("get_weather", city="Pa\"ris", days="3"),
+    _muse("q", a="x", b="7", c='{"x": 1.5}') + "<|eom|><|start|>assistant" + _muse("ping", to="tools"),
+    " to=user<|message|>Checking.<|eom|><|start|>assistant" + _muse("ping") + " after", _muse("nope"),
+    " to=self<|message|>only thinking", ' to=functions<|message|><atem:function_calls><atem:invoke name="get_w']
 
 
 def template_source(name: str) -> str:
