@@ -268,6 +268,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out["preserved_tokens"] = []
     out["generation_prompt"] = applied.generation_prompt if own_parser and applied is not None else gen_prompt
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
+        if jinja and tool_plan.active:
+            tool_plan.for_generation_prompt(body, templates, reasoning_format, gen_prompt)
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
     if jinja:                # the reasoning budget, when the template has thinking tags (server-common.cpp:1412)
