@@ -157,9 +157,18 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
 
 
 def _module(handler: str) -> Any:
-    import importlib
+    from . import (
+        handler_cohere2moe,
+        handler_gigachat_v3,
+        handler_lfm2,
+        handler_ling3,
+        handler_minicpm5,
+        handler_muse_glimmer,
+    )
 
-    return importlib.import_module(f"{__package__}.{MODULE_HANDLERS[handler]}")
+    return {m.__name__.rpartition(".")[2]: m for m in (
+        handler_lfm2, handler_cohere2moe, handler_gigachat_v3, handler_ling3, handler_minicpm5,
+        handler_muse_glimmer)}[MODULE_HANDLERS[handler]]
 
 
 def _finish(b: Builder, root: int, grammar: bool, lazy: bool, triggers: list[tuple[int, str]]) -> ArenaSetup:
