@@ -9,7 +9,13 @@ llama_server_compat=True)`` and ``ChatTemplates.apply(template_messages(...), to
 ``--generic`` also probes the templates we give the generic format: does llama-server build a tool grammar for
 them (a format we do not reproduce) or none (no tool support)?
 
-Run:  nice -n 10 .venv/bin/python scripts/tool_call_sweep.py [--generic] [template.jinja ...]
+``--shim`` runs instead the libcommon-shim sweep of the handlers in ``oracle.cases.handler_cases`` (LFM2 x3,
+Cohere2 MoE, GigaChat 3, Ling 3, MiniCPM5, Muse Glimmer): every setup case (6 tool sets x 2 conversations x
+auto / required / none / named x parallel on / off / absent x reasoning_format deepseek / none, plus thinking off
+for one tool set) and every prefix of every reply as partial and final under auto / required x parallel on / off x
+deepseek / none, against ``common_chat_templates_apply`` / ``common_chat_parse``; counts per template.
+
+Run:  nice -n 10 .venv/bin/python scripts/tool_call_sweep.py [--generic | --shim] [template.jinja ...]
 """
 
 from __future__ import annotations
@@ -67,11 +73,53 @@ def probe_generic(name: str) -> str:
     return "llama-server has a tool grammar" if r["__verbose"]["generation_settings"]["grammar"] else "no tool support"
 
 
+def shim_sweep(names: list[str]) -> int:
+    from collections import Counter
+
+    from oracle.cases.handler_cases import TEMPLATES, parse_results, setup_bodies, setup_results
+    from oracle.cases.handler_cases import TOOLSETS as SHIM_TOOLSETS
+
+    handler = {n: h for h, ns in TEMPLATES.items() for n in ns}
+    total = bad_total = 0
+    for n in names or list(handler):
+        if n not in handler:
+            print(f"{n}: not a template of oracle.cases.handler_cases")
+            continue
+        off = [(label + "/thinking-off", {**b, "chat_template_kwargs": {"enable_thinking": False}})
+               for label, b in setup_bodies({"weather+ping": SHIM_TOOLSETS["weather+ping"]})]
+        diffs: Counter = Counter()
+        cases = 0
+        for bodies in (None, off):
+            for label, d in setup_results(n, bodies):
+                cases += 1
+                if d:
+                    diffs[(label.split("/")[0], label.split("/")[-1] == "thinking-off", tuple(d))] += 1
+        bad = sum(diffs.values())
+        texts = pbad = calls = 0
+        for choice in ("auto", "required"):
+            for par in (True, False):
+                for rf in ("deepseek", "none"):
+                    for _text, _partial, mine, theirs in parse_results(n, handler[n], choice=choice, parallel=par,
+                                                                       rf=rf):
+                        texts += 1
+                        calls += bool(theirs["ok"] and theirs["msg"].get("tool_calls"))
+                        pbad += mine != theirs
+        total, bad_total = total + cases + texts, bad_total + bad + pbad
+        print(f"{n}: {handler[n]} setups {cases - bad}/{cases} identical"
+              + (f" (differ: {dict(diffs)})" if diffs else "")
+              + f"; parses {texts - pbad}/{texts} identical ({calls} with calls)", flush=True)
+    print(f"total: {total - bad_total}/{total} identical")
+    return 0 if bad_total == 0 else 1
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("templates", nargs="*")
     ap.add_argument("--generic", action="store_true", help="also probe the templates given the generic format")
+    ap.add_argument("--shim", action="store_true", help="the libcommon-shim sweep of oracle.cases.handler_cases")
     a = ap.parse_args()
+    if a.shim:
+        return shim_sweep(a.templates)
     d = llama_cpp_source() / "models" / "templates"
     names = a.templates or sorted(p.name for p in d.glob("*.jinja"))
     total_ok = total_bad = 0

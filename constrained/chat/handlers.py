@@ -39,18 +39,22 @@ from typing import Any
 
 from .peg_arena import ArenaSetup, Builder
 
-__all__ = ["GENERATION_PROMPTS", "HANDLERS", "build", "handler_for", "preserved_tokens"]
+__all__ = ["GENERATION_PROMPTS", "HANDLERS", "MODULE_HANDLERS", "build", "handler_for", "preserved_tokens"]
 
 WORD, PATTERN = 1, 2
 REASONING, CONTENT, TOOL, TOOL_OPEN, TOOL_CLOSE, TOOL_NAME, TOOL_ID, TOOL_ARGS = (
     "reasoning", "content", "tool", "tool-open", "tool-close", "tool-name", "tool-id", "tool-args")
 
-#: handlers in a module of their own (``constrained.chat.handler_<name>``: ``build``, ``preserved_tokens``,
-#: ``GENERATION_PROMPT``)
+#: handlers in a module of their own (``constrained.chat.handler_<name>``): ``build(tools, *, tool_choice, parallel,
+#: extract_reasoning, src, generation_prompt, enable_thinking)``, ``preserved_tokens(src)``, ``GENERATION_PROMPT``
 MODULES = {"gemma4": "handler_gemma4", "deepseek_v3_2": "handler_deepseek", "kimi_k3": "handler_kimi_k3",
            "minimax_m3": "handler_minimax_m3"}
-
-HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULES)
+#: the same with the other entry points: ``setup(src, tools, *, tool_choice, parallel, extract_reasoning,
+#: generation_prompt)`` and ``preserved(src)``
+MODULE_HANDLERS = {"lfm2": "handler_lfm2", "lfm2_5": "handler_lfm2", "cohere2moe": "handler_cohere2moe",
+                   "gigachat_v3": "handler_gigachat_v3", "ling3": "handler_ling3",
+                   "minicpm5": "handler_minicpm5", "muse_glimmer": "handler_muse_glimmer"}
+HANDLERS = ("qwen3_coder", "kimi_k2", "ministral_3", "functionary_v3_2", "gpt_oss", *MODULES, *MODULE_HANDLERS)
 
 #: the generation prompt each handler's parser starts with (the template's, for a plain conversation)
 GENERATION_PROMPTS = {
@@ -59,14 +63,13 @@ GENERATION_PROMPTS = {
     "ministral_3": "",
     "functionary_v3_2": "<|start_header_id|>assistant<|end_header_id|>\n\n>>>",
     "gpt_oss": "<|start|>assistant",
+    "lfm2": "<|im_start|>assistant\n", "lfm2_5": "<|im_start|>assistant\n",
+    "cohere2moe": "<|START_OF_TURN_TOKEN|><|CHATBOT_TOKEN|><|START_THINKING|>",
+    "gigachat_v3": "assistant<|role_sep|>\n",
+    "ling3": "<role>ASSISTANT</role>\n<think>",
+    "minicpm5": "<|im_start|>assistant\n",
+    "muse_glimmer": "<|start|>assistant",
 }
-
-
-def _module(handler: str) -> Any:
-    from . import handler_deepseek, handler_gemma4, handler_kimi_k3, handler_minimax_m3
-
-    return {"gemma4": handler_gemma4, "deepseek_v3_2": handler_deepseek, "kimi_k3": handler_kimi_k3,
-            "minimax_m3": handler_minimax_m3}[handler]
 
 
 def handler_for(src: str | None) -> str | None:
@@ -106,6 +109,8 @@ def preserved_tokens(handler: str, src: str | None) -> list[str]:
         return q(src)
     if handler in MODULES:
         return list(_module(handler).preserved_tokens(src or ""))
+    if handler in MODULE_HANDLERS:
+        return _module(handler).preserved(src)
     return {
         "kimi_k2": ["<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
                     "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<think>", "</think>"],
@@ -156,10 +161,34 @@ def build(handler: str, src: str | None, tools: Sequence[Any], *, tool_choice: s
         return _module(handler).build(chosen, tool_choice=tool_choice, parallel=parallel,
                                       extract_reasoning=extract_reasoning, src=src or "",
                                       generation_prompt=generation_prompt, enable_thinking=enable_thinking)
+    if handler in MODULE_HANDLERS:
+        return _module(handler).setup(src, chosen, tool_choice=tool_choice, parallel=parallel,
+                                      extract_reasoning=extract_reasoning, generation_prompt=generation_prompt)
     active = bool(chosen) and tool_choice != "none"
     fn = {"kimi_k2": _kimi_k2, "ministral_3": _ministral_3, "functionary_v3_2": _functionary_v3_2,
           "gpt_oss": _gpt_oss}[handler]
     return fn(chosen, active, tool_choice, parallel, extract_reasoning)
+
+
+def _module(handler: str) -> Any:
+    """The module of a handler of :data:`MODULES` or :data:`MODULE_HANDLERS` (imported on first use)."""
+    from . import (
+        handler_cohere2moe,
+        handler_deepseek,
+        handler_gemma4,
+        handler_gigachat_v3,
+        handler_kimi_k3,
+        handler_lfm2,
+        handler_ling3,
+        handler_minicpm5,
+        handler_minimax_m3,
+        handler_muse_glimmer,
+    )
+
+    mods = {m.__name__.rpartition(".")[2]: m for m in (
+        handler_gemma4, handler_deepseek, handler_kimi_k3, handler_minimax_m3, handler_lfm2, handler_cohere2moe,
+        handler_gigachat_v3, handler_ling3, handler_minicpm5, handler_muse_glimmer)}
+    return mods[MODULES.get(handler) or MODULE_HANDLERS[handler]]
 
 
 def _finish(b: Builder, root: int, grammar: bool, lazy: bool, triggers: list[tuple[int, str]]) -> ArenaSetup:

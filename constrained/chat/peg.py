@@ -525,6 +525,69 @@ class ChatMessage:
 _STRING = re.compile(r'"(?:[^"\\]|\\.)*"?', re.S)
 
 
+_PY_LITERALS = (("True", "true"), ("False", "false"), ("None", "null"))
+
+
+def _word_char(ch: str) -> bool:
+    return ch == "_" or (ch.isascii() and ch.isalnum())
+
+
+def normalize_quotes_to_json(text: str) -> str:
+    """``normalize_quotes_to_json`` (chat-peg-parser.cpp): Python-style single-quoted strings become JSON strings
+    and ``True`` / ``False`` / ``None`` outside strings become ``true`` / ``false`` / ``null`` (a prefix of one
+    becomes the same prefix of the other, so streamed partials stay monotonic); JSON passes through unchanged.
+
+    >>> normalize_quotes_to_json("{'a': 'x', 'b': [True, Non")
+    '{"a": "x", "b": [true, nul'
+    """
+    out: list[str] = []
+    sq = dq = False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            nxt = text[i + 1]
+            if sq:
+                out.append("'" if nxt == "'" else '\\"' if nxt == '"' else c + nxt)
+                i += 2
+                continue
+            if dq:
+                out.append(c + nxt)
+                i += 2
+                continue
+            out.append(c)
+            i += 1
+            continue
+        if c == '"':
+            if sq:
+                out.append('\\"')
+            else:
+                dq = not dq
+                out.append(c)
+        elif c == "'":
+            if dq:
+                out.append(c)
+            else:
+                sq = not sq
+                out.append('"')
+        elif not sq and not dq and c in "TFN" and (i == 0 or not _word_char(text[i - 1])):
+            k = i
+            while k < n and _word_char(text[k]):
+                k += 1
+            token = text[i:k]
+            for py, js in _PY_LITERALS:
+                if py[:len(token)] == token:
+                    out.append(js[:len(token)])
+                    i = k - 1
+                    break
+            else:
+                out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    return "".join(out)
+
+
 def _brace_depth(s: str) -> int:
     """Unclosed ``{`` outside JSON strings (a string's escapes skipped, an unclosed string to the end)."""
     bare = _STRING.sub("", s)
@@ -605,7 +668,7 @@ class _Mapper:
                     self.quote_pending = True
                 add += json.dumps(v, ensure_ascii=False)[1:-1]
             elif v:
-                add = v      # normalize_quotes_to_json: identity on the JSON the value parser accepts
+                add = normalize_quotes_to_json(v)      # identity on JSON; Python-style values (LFM2) to JSON
             self._target_set(self._target_get() + add)
         elif t == TOOL_ARG_CLOSE and self.current is not None:
             if self.quote_pending:

@@ -170,7 +170,8 @@ class ToolCallSetup:
 
 def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: bool | None = None, *,
                     fmt: str = "hermes", llama_server_compat: bool = False, template_source: str | None = None,
-                    extract_reasoning: bool = True, enable_thinking: bool = True) -> ToolCallSetup:
+                    extract_reasoning: bool = True, enable_thinking: bool = True,
+                    generation_prompt: str | None = None) -> ToolCallSetup:
     """The grammar, laziness, triggers and preserved tokens for ``tools`` in format ``fmt``.
 
     ``fmt``: ``generic`` (ours) or a key of :data:`~constrained.chat.tool_formats.FORMATS` (``hermes``, ``qwen3``,
@@ -185,7 +186,9 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
     ``ministral_3``, ``functionary_v3_2``) needs ``template_source`` and ``extract_reasoning``
     (``reasoning_format`` is not ``none``); its ``required`` is llama-server's eager grammar in both modes (free
     text, then at least one call), a named choice (ours) keeps only that tool, ``parallel_tool_calls: false``
-    allows one call (as llama-server's grammar).
+    allows one call (as llama-server's grammar). ``generation_prompt``: the request's (the reply is parsed after
+    it, and some handlers' setups depend on it, e.g. Ling 3's think block left open); None: a one-message
+    conversation's.
 
     Raises:
         ToolError: bad tools, an unknown ``tool_choice`` string (``Invalid tool_choice: x``, as llama-server), a
@@ -195,7 +198,7 @@ def tool_call_setup(tools: Any, tool_choice: Any = "auto", parallel_tool_calls: 
 
     if fmt in HANDLERS or fmt == "autoparser":
         return _handler_setup(fmt, tools, tool_choice, parallel_tool_calls, template_source, extract_reasoning,
-                              llama_server_compat, enable_thinking)
+                              llama_server_compat, enable_thinking, generation_prompt)
     if fmt != "generic" and fmt not in FORMATS:
         raise ToolError(f"unknown tool-call format: {fmt!r} (generic, {', '.join(FORMATS)})")
     ts = normalize_tools(tools)
@@ -271,7 +274,7 @@ def template_messages(messages: Sequence[dict[str, Any]], setup: ToolCallSetup) 
 def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_choice: Any = "auto",
                                  parallel_tool_calls: bool | None = None, *,
                                  llama_server_compat: bool = False, extract_reasoning: bool = True,
-                                 enable_thinking: bool = True) -> ToolCallSetup:
+                                 enable_thinking: bool = True, generation_prompt: str | None = None) -> ToolCallSetup:
     """:func:`tool_call_setup` in the format llama-server uses for this chat template (``generic`` when it has
     none that is reproduced here, e.g. ChatML, Gemma 3): the server needs no per-format knowledge.
 
@@ -282,7 +285,8 @@ def tool_call_setup_for_template(template_source: str | None, tools: Any, tool_c
     """
     return tool_call_setup(tools, tool_choice, parallel_tool_calls, fmt=detect_format(template_source),
                            llama_server_compat=llama_server_compat, template_source=template_source,
-                           extract_reasoning=extract_reasoning, enable_thinking=enable_thinking)
+                           extract_reasoning=extract_reasoning, enable_thinking=enable_thinking,
+                           generation_prompt=generation_prompt)
 
 
 def _choice(tool_choice: Any, ts: list[Tool], llama_server_compat: bool) -> tuple[str, str | None]:
@@ -311,7 +315,8 @@ def _generation_prompt(src: str) -> str:
 
 
 def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: bool | None, src: str | None,
-                   extract_reasoning: bool, llama_server_compat: bool, enable_thinking: bool = True) -> ToolCallSetup:
+                   extract_reasoning: bool, llama_server_compat: bool, enable_thinking: bool = True,
+                   generation_prompt: str | None = None) -> ToolCallSetup:
     from .caps import template_caps
     from .handlers import GENERATION_PROMPTS, build, preserved_tokens
 
@@ -321,7 +326,8 @@ def _handler_setup(fmt: str, tools: Any, tool_choice: Any, parallel_tool_calls: 
         parallel = bool(template_caps(src or "")["supports_parallel_tool_calls"]) if src else True
     else:
         parallel = bool(parallel_tool_calls)
-    gen = _generation_prompt(src) if src else GENERATION_PROMPTS.get(fmt, "")
+    gen = generation_prompt if generation_prompt is not None else \
+        _generation_prompt(src) if src else GENERATION_PROMPTS.get(fmt, "")
     h = build(fmt, src, ts, tool_choice=choice if ts else "none", parallel=parallel,
               extract_reasoning=extract_reasoning, names=None if named is None else [named], generation_prompt=gen,
               enable_thinking=enable_thinking)

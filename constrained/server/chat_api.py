@@ -272,6 +272,8 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
     out["preserved_tokens"] = []
     out["generation_prompt"] = applied.generation_prompt if own_parser and applied is not None else gen_prompt
     if tool_plan is not None and _empty(json_schema):     # response_format wins over tools, as llama-server
+        if jinja and tool_plan.active:
+            tool_plan.for_generation_prompt(body, templates, reasoning_format, gen_prompt)
         out.update(tool_plan.params())
         out["_tools"] = tool_plan
     if jinja:                # the reasoning budget, when the template has thinking tags (server-common.cpp:1412)
@@ -293,6 +295,14 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
         out["n_probs"] = _jv(body, "top_logprobs", 20, int)
     elif body.get("top_logprobs") is not None:
         raise _bad("top_logprobs requires logprobs to be set to true")
+    if jinja:                # the handler's additional_stops after the request's (server-common.cpp:1403)
+        from ..chat.autoparser_prompt import specialized_handler
+
+        if specialized_handler(templates.source) == "ling3":
+            from ..chat.handler_ling3 import STOPS
+
+            stop = body.get("stop")
+            out["stop"] = ([stop] if isinstance(stop, str) else list(stop) if isinstance(stop, list) else []) + STOPS
     for k, v in body.items():
         if k not in out or k == "n_predict":
             out[k] = v

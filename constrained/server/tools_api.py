@@ -41,6 +41,7 @@ class ToolPlan:
     setup: ToolCallSetup
     fmt: str
     template_tools: list[dict[str, Any]] | None     # None: the template is not given tools (generic format)
+    enable_thinking: bool = True                     # what the handler's parser was built for
 
     @property
     def active(self) -> bool:
@@ -61,6 +62,16 @@ class ToolPlan:
         if self.template_tools is not None:
             return msgs
         return ct.generic_messages(msgs, self.setup)
+
+    def for_generation_prompt(self, body: dict[str, Any], templates: Any, reasoning_format: str,
+                              generation_prompt: str) -> None:
+        """Rebuild a handler's setup for the request's generation prompt when it is not the one-message
+        conversation's it was built with (``common_chat_templates_apply`` builds the parser from the request's:
+        Ling 3's grammar differs with thinking off)."""
+        if self.setup.handler is None or self.setup.generation_prompt == generation_prompt:
+            return
+        self.setup = _setup(body, templates, reasoning_format, generation_prompt,
+                            enable_thinking=self.enable_thinking)
 
     def params(self) -> dict[str, Any]:
         """The slot's grammar fields (llama-server's ``llama_params`` for a chat request with tools):
@@ -89,25 +100,33 @@ def plan_tools(body: dict[str, Any], templates: Any, reasoning_format: str = "de
         HttpError: 400 ``Invalid tool_choice: x`` (llama-server's) or ``Failed to parse tools: ...`` (llama-server
             answers that one with a 500), a named ``tool_choice`` that is not among the tools.
     """
+    compat = body.get("llama_server_compat") is True
+    setup = _setup(body, templates, reasoning_format, enable_thinking=enable_thinking)
+    try:
+        shown = template_tools(body["tools"])
+    except ToolError as e:
+        raise HttpError(f"Failed to parse tools: {e}", "invalid_request_error") from None
+    if setup.fmt == "generic":
+        if compat:
+            return None
+        return ToolPlan(setup, setup.fmt, None, enable_thinking)
+    return ToolPlan(setup, setup.fmt, shown, enable_thinking)
+
+
+def _setup(body: dict[str, Any], templates: Any, reasoning_format: str, generation_prompt: str | None = None, *,
+           enable_thinking: bool = True) -> ToolCallSetup:
     choice = body.get("tool_choice", "auto")
     if choice is None or not isinstance(choice, (str, dict)):
         choice = "auto"                        # json_value: a value of the wrong type is the default
     par = body.get("parallel_tool_calls")
     par = par if isinstance(par, bool) else None
-    compat = body.get("llama_server_compat") is True
     try:
-        setup = tool_call_setup_for_template(templates.source, body["tools"], choice, par,
-                                             llama_server_compat=compat,
-                                             extract_reasoning=reasoning_format != "none",
-                                             enable_thinking=enable_thinking)
-        shown = template_tools(body["tools"])
+        return tool_call_setup_for_template(templates.source, body["tools"], choice, par,
+                                            llama_server_compat=body.get("llama_server_compat") is True,
+                                            extract_reasoning=reasoning_format != "none",
+                                            enable_thinking=enable_thinking, generation_prompt=generation_prompt)
     except ToolError as e:
         msg = str(e)
         if "tool_choice" not in msg:
             msg = f"Failed to parse tools: {msg}"
         raise HttpError(msg, "invalid_request_error") from None
-    if setup.fmt == "generic":
-        if compat:
-            return None
-        return ToolPlan(setup, setup.fmt, None)
-    return ToolPlan(setup, setup.fmt, shown)

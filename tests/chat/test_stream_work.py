@@ -2,9 +2,10 @@
 
 ``ToolCallParser`` (every tool-call format that streams), ``AutoChatParser`` and ``ResponseFormatParser`` count
 their work in ``steps`` (parser calls plus characters scanned). A full re-parse per update, as before, costs the
-square of the reply (a 600-key argument took 13.7 s); here every big argument (thousands of keys, integers, a deep
-nesting, long strings, long whitespace, hundreds of calls) is streamed three characters per update and its work
-bounded by a linear function of the reply's length, its update count and its nesting depth. The messages are those
+square of the reply (a 600-key argument took 13.7 s); here every big argument (a thousand keys or integers, a deep
+nesting, 60,000-character strings, long whitespace, 150 calls) is streamed three characters per update and its work
+bounded by a linear function of the reply's length, its update count and its nesting depth (a re-parse per update
+would pass the bound from a few hundred characters on: its work grows as length x updates). The messages are those
 of a parse from scratch of each prefix (sampled), and the deltas add up to the final message.
 """
 
@@ -38,12 +39,12 @@ def _deep(d: int) -> object:
 
 
 SHAPES = {
-    "keys": (lambda: json.dumps({f"k{i}": i for i in range(3000)}), 1),
-    "ints": (lambda: json.dumps({"a": list(range(3000))}), 1),
+    "keys": (lambda: json.dumps({f"k{i}": i for i in range(1000)}), 1),
+    "ints": (lambda: json.dumps({"a": list(range(1000))}), 1),
     "deep": (lambda: json.dumps(_deep(60)), 60),
-    "string": (lambda: json.dumps({"s": 'x\\"y\\u00e9' * 20000}), 1),
-    "whitespace": (lambda: "{" + " \n" * 15000 + '"a": [' + " " * 20000 + "1]}", 1),
-    "floats": (lambda: json.dumps({"a": [i / 7 for i in range(1500)], "e": "1" * 5000}), 1),
+    "string": (lambda: json.dumps({"s": 'x\\"y\\u00e9' * 5000}), 1),
+    "whitespace": (lambda: "{" + " \n" * 4000 + '"a": [' + " " * 5000 + "1]}", 1),
+    "floats": (lambda: json.dumps({"a": [i / 7 for i in range(500)], "e": "1" * 2000}), 1),
 }
 
 
@@ -100,20 +101,20 @@ def test_big_argument_work_is_linear(fmt: str, shape: str) -> None:
 
 @pytest.mark.parametrize("fmt", [f for f in sorted(FORMATS) if FORMATS[f].parallel_default])
 def test_many_calls_work_is_linear(fmt: str) -> None:
-    calls = [_call(fmt, json.dumps({"i": i, "s": "v" * (i % 7)}), ("f", "get_weather")[i % 2]) for i in range(400)]
+    calls = [_call(fmt, json.dumps({"i": i, "s": "v" * (i % 7)}), ("f", "get_weather")[i % 2]) for i in range(150)]
     text = _reply(fmt, calls)
     p = ToolCallParser(tool_call_setup(TOOLS, "auto", True, fmt=fmt), FORMATS[fmt].generation_prompt)
     msg, deltas, updates = _stream(p, text)
-    assert len(msg["tool_calls"]) == 400
+    assert len(msg["tool_calls"]) == 150
     assert all(json.loads(c["function"]["arguments"])["i"] == i for i, c in enumerate(msg["tool_calls"]))
-    assert len(_joined_args(deltas)) == 400
+    assert len(_joined_args(deltas)) == 150
     assert p.steps <= _bound(len(text), updates, 2), (p.steps, len(text), updates)
 
 
 def test_work_doubles_with_the_reply() -> None:
     """Twice the argument, twice the work (a re-parse per update: four times)."""
     steps = []
-    for n in (2000, 4000):
+    for n in (1000, 2000):
         p = ToolCallParser(tool_call_setup(TOOLS, "auto", None, fmt="hermes"), "")
         _stream(p, _reply("hermes", [_call("hermes", json.dumps({f"k{i}": [i, "x"] for i in range(n)}))]))
         steps.append(p.steps)
@@ -139,13 +140,13 @@ def test_resumed_parse_equals_a_parse_from_scratch(fmt: str) -> None:
 
 def test_reply_parsers_work_is_linear() -> None:
     spec = ReplySpec("<|im_start|>assistant\n", "tag_based", "<think>\n", "\n</think>\n\n")
-    text = "<think>\n" + "hmm, " * 20000 + "\n</think>\n\n" + "the answer <is> " * 20000
+    text = "<think>\n" + "hmm, " * 6000 + "\n</think>\n\n" + "the answer <is> " * 6000
     p = AutoChatParser(spec, "<|im_start|>assistant\n")
     msg, deltas, updates = _stream(p, text)
-    assert msg["reasoning_content"] == "hmm, " * 20000 + "\n"
-    assert "".join(d.get("content", "") for d in deltas) == msg["content"] == "the answer <is> " * 20000
+    assert msg["reasoning_content"] == "hmm, " * 6000 + "\n"
+    assert "".join(d.get("content", "") for d in deltas) == msg["content"] == "the answer <is> " * 6000
     assert p.steps <= _bound(len(text), updates, 1), (p.steps, len(text), updates)
-    body = json.dumps({f"k{i}": [i, {"s": "x" * (i % 5)}] for i in range(3000)})
+    body = json.dumps({f"k{i}": [i, {"s": "x" * (i % 5)}] for i in range(1000)})
     r = ResponseFormatParser(None, "<|im_start|>assistant\n")
     msg, deltas, updates = _stream(r, "```json\n" + body + "\n```")
     assert msg["content"] == body and "".join(d.get("content", "") for d in deltas) == body
@@ -155,7 +156,7 @@ def test_reply_parsers_work_is_linear() -> None:
 def test_deep_nesting_past_the_limit_stays_bounded() -> None:
     """Nesting past Python's recursion depth: a parse error at the end, and each update's failed parse costs the
     descent, not the reply (the previous checkpoints stay)."""
-    text = _reply("hermes", [_call("hermes", '{"a": ' + "[" * 5000 + "1" + "]" * 5000 + "}")])
+    text = _reply("hermes", [_call("hermes", '{"a": ' + "[" * 1500 + "1" + "]" * 1500 + "}")])
     p = ToolCallParser(tool_call_setup(TOOLS, "auto", None, fmt="hermes"), "")
     msg, _, updates = _stream(p, text)
     assert msg.get("parse_error")
