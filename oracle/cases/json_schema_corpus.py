@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,7 @@ class Outcome:
     refused: str | None = None   # SchemaError message
     unjudged: str | None = None  # jsonschema cannot use this schema
     unjudged_documents: int = 0  # documents jsonschema raised on (a remote $ref it cannot resolve, a pattern...)
+    compile_seconds: float = 0.0  # convert_json_schema alone (refusals included)
 
 
 def _doc_paths(root: Any, schema_path: list[str], resources: Any = None) -> list[list[str]]:
@@ -256,11 +258,14 @@ def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, reso
     from constrained.json_schema import convert_json_schema
 
     out = Outcome()
+    t = time.perf_counter()
     try:
         conv = convert_json_schema(schema, enforce=enforce, resources=resources)
     except SchemaError as e:
         out.refused = str(e)
         return out
+    finally:
+        out.compile_seconds = time.perf_counter() - t
     out.report, out.annotations = conv.unenforced, conv.annotations
     try:
         v = validator_of(schema, resources)
