@@ -166,6 +166,10 @@ def main() -> None:
                     c["unjudged"] += 1
                 c["documents"] += out.checked
                 c["unjudged documents"] += out.unjudged_documents
+                if out.check_refused:
+                    c["schemas with a uniqueItems check refusing"] += 1
+                c["documents refused by the uniqueItems check"] += out.check_refused
+                c["of those, valid (over-refused)"] += out.over_refused
                 if out.misses:
                     c["missed schemas"] += 1
                     misses += [(name, d, m) for d, m in out.misses[:2]]

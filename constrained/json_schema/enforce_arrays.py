@@ -17,6 +17,14 @@ MAX_ORDERED_STATES = 4000
 """Most rules for unique items over a listed domain in the listing's order (values times count positions)."""
 
 
+def _endless_strings(im: _Merged) -> bool:
+    """Whether the items are strings whose language goes on from every prefix (no maxLength, pattern, format or
+    listed values): a repeated item refused at its closing quote can always grow instead, so the matcher's check
+    never strands a generation."""
+    return (not im.empty and im.types is not None and set(im.types) == {"string"} and im.values is None
+            and not im.anyofs and not im.nots and not im.patterns and not im.formats and im.max_len is None)
+
+
 class ArrayMixin:
     def gen_array(self, m: _Merged, name: str) -> str | None:
         path = m.subs[0][1]
@@ -120,6 +128,7 @@ class ArrayMixin:
     def gen_unique(self, m: _Merged, name: str, npre: int, max_items: int | None, item_subs) -> str | None:  # noqa: ANN001
         path = m.subs[0][1]
         dom = None
+        im = None
         if not npre:
             im = self.merge(item_subs(0))
             if im.values is not None and not im.anyofs:
@@ -132,6 +141,8 @@ class ArrayMixin:
         hi_all = len(dom) if dom is not None and max_items is None else None if dom is None else min(max_items,
                                                                                                      len(dom))
         if dom is None or (len(dom) > 5 and len(dom) * (hi_all + 1) > MAX_ORDERED_STATES):
+            if im is not None and _endless_strings(im):
+                return self.gen_checked_unique(m, name)
             self.unenforced(path, "uniqueItems", "enforced only for arrays whose items have a finite list of "
                                                  f"possible values (at most {MAX_ORDERED_STATES} positions)")
             m.unique = False
@@ -145,6 +156,18 @@ class ArrayMixin:
                 seqs.append('"[" space ' + ' "," space '.join(_literal(v) for v in perm) + (" " if perm else "")
                             + 'space "]"')
         return " | ".join(f"( {s} )" for s in seqs) if seqs else None
+
+    def gen_checked_unique(self, m: _Merged, name: str) -> str | None:
+        """A unique array whose distinct items the matcher checks (``constrained.grammar.unique_items``): the
+        plain array in a rule of its own, ``"[" space ... space "]"``, named in ``unique_rules``."""
+        m.unique = False
+        body = self.gen_array(m, name)
+        if body is None or not body.startswith('"[" space '):
+            return body
+        rule = self.reserve(f"{name}-unique")
+        self.rules[rule] = body
+        self.unique_rules.append(rule)
+        return rule
 
     def gen_ordered_unique(self, dom: list, name: str, lo: int, hi: int) -> str | None:
         """Arrays of distinct values of ``dom`` (more than 5: too many orders to list) as the subsequences of the

@@ -187,7 +187,7 @@ def test_unenforced_reported_with_path() -> None:
     rep = convert_json_schema({"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)x"}},
                                "required": ["a"]}, enforce="all").unenforced
     assert [(k.path, k.keyword) for k in rep] == [("#/properties/a", "pattern")]
-    rep = convert_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    rep = convert_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
                               enforce="all").unenforced
     assert [(k.path, k.keyword) for k in rep] == [("#", "uniqueItems")]
 
