@@ -34,6 +34,9 @@ SCHEMA = {"type": "object", "properties": {
     "plain": {"type": "array", "items": {"type": "string", "maxLength": 1}},
     "nested": {"type": "array", "items": {"type": "array", "items": {"type": "string", "minLength": 1},
                                           "uniqueItems": True}},
+    "ids": {"type": "array", "items": {"type": "string", "pattern": "^[ab][ab0-9]*$"}, "uniqueItems": True},
+    "objs": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string", "maxLength": 1}},
+                                        "required": ["k"]}, "uniqueItems": True},
 }, "required": ["tags", "plain", "nested"], "additionalProperties": False}
 
 UNIQUE = {"type": "array", "items": {"type": "string"}, "uniqueItems": True}
@@ -64,15 +67,23 @@ def _walk(m, rng: random.Random, steps: int = 300) -> bytes | None:  # noqa: ANN
 
 def test_conversion_names_the_checked_arrays() -> None:
     conv = convert_json_schema(SCHEMA, enforce="all")
-    assert conv.unique_rules == ("root-tags-unique", "root-nested-item-unique")
+    assert set(conv.unique_rules) == {"root-tags-unique", "root-nested-item-unique", "root-ids-unique",
+                                      "root-objs-unique"}
     assert conv.unenforced == ()
     g = Grammar.from_json_schema(SCHEMA, enforce="all")
     assert g.unique_rules == conv.unique_rules and isinstance(g.matcher(VOCAB), UniqueItemsMatcher)
     # items whose language ends (maxLength, pattern, format): a refusal could strand a generation, still reported
-    for items in ({"type": "string", "maxLength": 8}, {"type": "string", "pattern": "^[a-z]+$"},
-                  {"type": "string", "format": "date"}, {"type": "integer"}):
+    for items in ({"type": "string", "maxLength": 8}, {"type": "string", "pattern": "^[a-z]{2}$"},
+                  {"type": "string", "pattern": "^a+b$"}, {"type": "string", "format": "date"}, {"type": "integer"},
+                  {"type": "object", "additionalProperties": False, "properties": {"a": {"type": "string"}}},
+                  {"type": "object", "maxProperties": 3}):
         c = convert_json_schema({"type": "array", "items": items, "uniqueItems": True}, enforce="all")
         assert [k.keyword for k in c.unenforced] == ["uniqueItems"] and c.unique_rules == ()
+    # endless from every prefix: a pattern ending in a loop, an open object
+    for items in ({"type": "string", "pattern": "^[a-z][a-z0-9-]*$"}, {"type": "string", "format": "uri"},
+                  {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}):
+        c = convert_json_schema({"type": "array", "items": items, "uniqueItems": True}, enforce="all")
+        assert c.unenforced == () and c.unique_rules == ("root-unique",), items
     assert convert_json_schema(UNIQUE).unique_rules == ()          # llama.cpp mode: its grammar, its report
 
 
@@ -138,7 +149,11 @@ def test_nested_and_sibling_arrays() -> None:
     apart; JSON's equality (escapes) is the validators'."""
     m = Grammar.from_json_schema(SCHEMA, enforce="all").matcher(VOCAB)
     assert m.accept_bytes(b'{"tags": ["x", "y"], "plain": ["a", "a"], "nested": [["a", "b"], ["a"')
-    assert not m.accept_bytes(b', "b", "a"') and m.accept_bytes(b', "c"], ["a", "b"]]}')
+    assert not m.accept_bytes(b', "b", "a"') and m.accept_bytes(b', "c"], ["a", "b"]]')
+    assert m.accept_bytes(b', "ids": ["a1", "b"') and not m.accept_bytes(b', "a1"') and m.accept_bytes(b', "a10"]')
+    assert m.accept_bytes(b', "objs": [{"k": "a"}, {"k": "b"}, {"k": "a", "x": 1}')
+    assert not m.accept_bytes(b', {"k": "a"}') and not m.accept_bytes(b', {"k": "a", "x": 1.0}')   # 1 == 1.0
+    assert m.accept_bytes(b', {"k": "a", "y": {}}]}') and m.can_end()
 
 
 def test_bitmask_lazy_and_structural_tag() -> None:
