@@ -140,6 +140,7 @@ class Outcome:
     unjudged: str | None = None  # jsonschema cannot use this schema
     unjudged_documents: int = 0  # documents jsonschema raised on (a remote $ref it cannot resolve, a pattern...)
     compile_seconds: float = 0.0  # convert_json_schema alone (refusals included)
+    unique_rules: tuple = ()      # the arrays whose distinct items the matcher checks (SchemaConversion's)
     check_refused: int = 0        # documents the matcher's uniqueItems check refused (a repeated item)
     over_refused: int = 0         # of those, documents jsonschema accepts (the check refused more than needed)
 
@@ -295,6 +296,7 @@ def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, reso
     finally:
         out.compile_seconds = time.perf_counter() - t
     out.report, out.annotations = conv.unenforced, conv.annotations
+    out.unique_rules = conv.unique_rules
     try:
         v = validator_of(schema, resources)
     except Exception as e:  # noqa: BLE001 - jsonschema cannot judge this schema
