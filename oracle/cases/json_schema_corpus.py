@@ -256,7 +256,7 @@ def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
 _BYTES: list = []
 
 
-def _byte_vocabulary() -> Any:
+def byte_vocabulary() -> Any:
     """A vocabulary of the 256 single bytes (and an end token): the matcher's checks read text, not tokens."""
     if not _BYTES:
         from constrained.vocab import Vocabulary
@@ -311,7 +311,7 @@ def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, reso
             if not conv.unenforced:
                 out.misses.append((doc, "not JSON"))
             continue
-        if checked is not None and not checked.matcher(_byte_vocabulary()).accept_bytes(doc.encode("utf-8")):
+        if checked is not None and not checked.matcher(byte_vocabulary()).accept_bytes(doc.encode("utf-8")):
             out.check_refused += 1   # the matcher refuses a repeated item here: not a document it produces
             try:
                 out.over_refused += v.is_valid(value)
