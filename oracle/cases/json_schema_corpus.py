@@ -274,8 +274,10 @@ def unique_check(conv: Any) -> Any:
     import dataclasses
 
     from constrained.grammar import Grammar
+    from constrained.grammar.gbnf import GbnfLimits
 
-    g = Grammar.from_gbnf(conv.gbnf.encode("utf-8", "surrogateescape"))
+    # the text's size is not the question here (from_json_schema's limits are): read any size
+    g = Grammar.from_gbnf(conv.gbnf.encode("utf-8", "surrogateescape"), limits=GbnfLimits(max_source_bytes=1 << 26))
     return dataclasses.replace(g, unique_rules=conv.unique_rules)
 
 
