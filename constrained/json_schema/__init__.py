@@ -65,6 +65,11 @@ class SchemaConversion:
     dialect: str = "2020-12"
     """The dialect the schema was read in (``dialect_of``): ``$schema``, else 2020-12 as jsonschema's
     ``validator_for`` defaults."""
+    unique_rules: tuple[str, ...] = ()
+    """``enforce="all"``: the rules of arrays whose items must be distinct (``uniqueItems`` beyond what a grammar
+    can list). The grammar text alone does not forbid a repeated item: ``Grammar.from_json_schema`` carries these
+    names and its matcher refuses a repeat (``constrained.grammar.unique_items``). A caller giving ``gbnf`` to
+    another engine (llama.cpp) loses that check: ``uniqueItems`` at these arrays is then not enforced."""
 
     def path_of_rule(self, name: str) -> str:
         """The JSON pointer of the schema node a rule was built for (``#`` when unknown).
@@ -190,8 +195,9 @@ def convert_json_schema(schema: Any, enforce: str = "llama.cpp", *,
 
         value = load(schema, exact=True)
         with _recursion_headroom():
-            gbnf, report, annotations = convert_enforced_annotated(value, resources)
-        return SchemaConversion(gbnf, report, (), annotations=annotations, dialect=dialect_of(value))
+            gbnf, report, annotations, unique = convert_enforced_annotated(value, resources)
+        return SchemaConversion(gbnf, report, (), annotations=annotations, dialect=dialect_of(value),
+                                unique_rules=unique)
     widened: list[int] = []
     value = load(schema, widened=widened)
     with _recursion_headroom():

@@ -92,6 +92,7 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
         self.ref_alone = ref_overrides_siblings(self.dialect)
         self._validator: Any = None
         self.conjunctions = 0  # rule bodies built (MAX_CONJUNCTIONS)
+        self.unique_rules: list[str] = []  # arrays whose distinct items the matcher checks (uniqueItems)
 
     def over_limit(self, path: str) -> None:
         """``SchemaError`` for a schema past :data:`MAX_CONJUNCTIONS` or :data:`MAX_RULES` (named, with the path
@@ -212,13 +213,14 @@ class _Enforcer(MergeMixin, CombinatorMixin, ScalarMixin, ArrayMixin, ObjectMixi
 def convert_enforced(value: Any, resources: Resources | None = None) -> tuple[str, tuple[UnenforcedKeyword, ...]]:
     """GBNF text enforcing ``value`` (a normalised JSON schema) as fully as a grammar can, and what it does not.
     ``resources``: the documents of remote ``$ref``s by URI (``json_schema.resources``; never fetched)."""
-    gbnf, report, _annotations = convert_enforced_annotated(value, resources)
+    gbnf, report, _annotations, _unique = convert_enforced_annotated(value, resources)
     return gbnf, report
 
 
 def convert_enforced_annotated(value: Any, resources: Resources | None = None) -> tuple[
-        str, tuple[UnenforcedKeyword, ...], tuple[UnenforcedKeyword, ...]]:
-    """``convert_enforced`` plus the keywords that are annotations in the schema's dialect (``format: color``)."""
+        str, tuple[UnenforcedKeyword, ...], tuple[UnenforcedKeyword, ...], tuple[str, ...]]:
+    """``convert_enforced`` plus the keywords that are annotations in the schema's dialect (``format: color``) and
+    the rules of the arrays whose distinct items the matcher checks (``SchemaConversion.unique_rules``)."""
     e = _Enforcer(value, resources)
     try:
         root = e.gen([(e.root, "#")], "root")
@@ -228,4 +230,4 @@ def convert_enforced_annotated(value: Any, resources: Resources | None = None) -
         raise SchemaError("JSON schema error at #: no JSON value satisfies this schema", path="#")
     if root != "root":
         e.rules["root"] = root
-    return e.text(), tuple(e.report.values()), tuple(e.annotations.values())
+    return e.text(), tuple(e.report.values()), tuple(e.annotations.values()), tuple(e.unique_rules)

@@ -12,12 +12,62 @@ from .enforce_base import (
     _Merged,
     _negatable,
 )
+from .regex import DFA
 
+MAX_ENDLESS_STATES = 2000
+"""Largest item automaton checked for endless completions (larger ones: uniqueItems stays reported)."""
 MAX_ORDERED_STATES = 4000
 """Most rules for unique items over a listed domain in the listing's order (values times count positions)."""
 
 
+def _endless_dfa(d: DFA) -> bool:
+    """Whether from every string that can still be completed there are endlessly many completions: every live
+    state reached from the start reaches a cycle of live states."""
+    n = len(d.edges)
+    if n > MAX_ENDLESS_STATES:
+        return False
+    succ = [[t for _cs, t in d.edges[q]] for q in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    for q in range(n):
+        for t in succ[q]:
+            pred[t].append(q)
+
+    def closure(start: list[int], nxt: list[list[int]], within: set[int] | None = None) -> set[int]:
+        seen, todo = set(start), list(start)
+        while todo:
+            for t in nxt[todo.pop()]:
+                if t not in seen and (within is None or t in within):
+                    seen.add(t)
+                    todo.append(t)
+        return seen
+
+    live = closure([q for q in range(n) if d.accepting[q]], pred)
+    if 0 not in live:
+        return False
+    reach = closure([0], succ, live)
+    # states on a cycle of live states: q reaches itself in one step or more within the live states
+    cyclic = {q for q in reach if q in closure([t for t in succ[q] if t in live], succ, live)}
+    return reach <= closure(list(cyclic), pred, live)
+
+
 class ArrayMixin:
+    def endless_items(self, im: _Merged, path: str) -> bool:
+        """Whether a repeated item refused by the matcher's check (at its closing quote or brace) can always be
+        avoided by going on: strings whose language is endless from every prefix (no maxLength; patterns and
+        formats by their automaton), or objects open to more keys (no additionalProperties false, no
+        patternProperties, propertyNames, maxProperties, dependentRequired). So the check never strands a
+        generation."""
+        if im.empty or im.types is None or im.values is not None or im.anyofs or im.nots:
+            return False
+        if set(im.types) == {"string"}:
+            if im.max_len is not None:
+                return False
+            return not (im.patterns or im.formats) or _endless_dfa(self.string_dfa(im, path, lengths=False))
+        if set(im.types) == {"object"}:
+            return not (im.names or im.dep_required or im.max_props is not None) and all(
+                not mem["patterns"] and (mem["additional"] is None or mem["additional"][0] in (True, {}))
+                for mem in im.members)
+        return False
     def gen_array(self, m: _Merged, name: str) -> str | None:
         path = m.subs[0][1]
         if not (m.prefix or m.rest or m.min_items or m.max_items is not None or m.contains or m.unique):
@@ -120,6 +170,7 @@ class ArrayMixin:
     def gen_unique(self, m: _Merged, name: str, npre: int, max_items: int | None, item_subs) -> str | None:  # noqa: ANN001
         path = m.subs[0][1]
         dom = None
+        im = None
         if not npre:
             im = self.merge(item_subs(0))
             if im.values is not None and not im.anyofs:
@@ -132,6 +183,8 @@ class ArrayMixin:
         hi_all = len(dom) if dom is not None and max_items is None else None if dom is None else min(max_items,
                                                                                                      len(dom))
         if dom is None or (len(dom) > 5 and len(dom) * (hi_all + 1) > MAX_ORDERED_STATES):
+            if im is not None and self.endless_items(im, path):
+                return self.gen_checked_unique(m, name)
             self.unenforced(path, "uniqueItems", "enforced only for arrays whose items have a finite list of "
                                                  f"possible values (at most {MAX_ORDERED_STATES} positions)")
             m.unique = False
@@ -145,6 +198,18 @@ class ArrayMixin:
                 seqs.append('"[" space ' + ' "," space '.join(_literal(v) for v in perm) + (" " if perm else "")
                             + 'space "]"')
         return " | ".join(f"( {s} )" for s in seqs) if seqs else None
+
+    def gen_checked_unique(self, m: _Merged, name: str) -> str | None:
+        """A unique array whose distinct items the matcher checks (``constrained.grammar.unique_items``): the
+        plain array in a rule of its own, ``"[" space ... space "]"``, named in ``unique_rules``."""
+        m.unique = False
+        body = self.gen_array(m, name)
+        if body is None or not body.startswith('"[" space '):
+            return body
+        rule = self.reserve(f"{name}-unique")
+        self.rules[rule] = body
+        self.unique_rules.append(rule)
+        return rule
 
     def gen_ordered_unique(self, dom: list, name: str, lo: int, hi: int) -> str | None:
         """Arrays of distinct values of ``dom`` (more than 5: too many orders to list) as the subsequences of the

@@ -146,7 +146,20 @@ class MergeMixin:
         return self.pointer(doc, doc_path, frag, ref, path)
 
     def flatten(self, subs: list[Sub]) -> list[Sub]:
-        """The conjunction: allOf members and $ref targets inlined (each schema once)."""
+        """The conjunction: allOf members and $ref targets inlined (each schema once). Memoised per (schema,
+        path) sequence (a schema with many alternatives flattens the same conjunctions thousands of times); the
+        entry holds the schemas, so their ids stay theirs."""
+        key = tuple((id(s), p) for s, p in subs)
+        memo = self.__dict__.setdefault("_flat", {})
+        hit = memo.get(key)
+        if hit is not None:
+            return list(hit[1])
+        out = self.flatten_uncached(subs)
+        memo[key] = (tuple(subs), tuple(out))
+        return out
+
+    def flatten_uncached(self, subs: list[Sub]) -> list[Sub]:
+        """:meth:`flatten` without the memo."""
         out: list[Sub] = []
         seen: set[int] = set()
         stack = list(reversed(subs))

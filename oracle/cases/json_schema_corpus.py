@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,6 +139,10 @@ class Outcome:
     refused: str | None = None   # SchemaError message
     unjudged: str | None = None  # jsonschema cannot use this schema
     unjudged_documents: int = 0  # documents jsonschema raised on (a remote $ref it cannot resolve, a pattern...)
+    compile_seconds: float = 0.0  # convert_json_schema alone (refusals included)
+    unique_rules: tuple = ()      # the arrays whose distinct items the matcher checks (SchemaConversion's)
+    check_refused: int = 0        # documents the matcher's uniqueItems check refused (a repeated item)
+    over_refused: int = 0         # of those, documents jsonschema accepts (the check refused more than needed)
 
 
 def _doc_paths(root: Any, schema_path: list[str], resources: Any = None) -> list[list[str]]:
@@ -248,6 +253,34 @@ def documents(gbnf: str, n: int, seed: int, budget: int = 10) -> list[str]:
     return out
 
 
+_BYTES: list = []
+
+
+def byte_vocabulary() -> Any:
+    """A vocabulary of the 256 single bytes (and an end token): the matcher's checks read text, not tokens."""
+    if not _BYTES:
+        from constrained.vocab import Vocabulary
+
+        _BYTES.append(Vocabulary([bytes([i]) for i in range(256)] + [b"</s>"], eog_ids=[256]))
+    return _BYTES[0]
+
+
+def unique_check(conv: Any) -> Any:
+    """The ``Grammar`` (with its ``unique_rules``) whose matcher checks the documents drawn from ``conv.gbnf``,
+    or None when the conversion has no check beyond its grammar: a document the matcher refuses (a repeated item)
+    is one the library never produces."""
+    if not getattr(conv, "unique_rules", ()):
+        return None
+    import dataclasses
+
+    from constrained.grammar import Grammar
+    from constrained.grammar.gbnf import GbnfLimits
+
+    # the text's size is not the question here (from_json_schema's limits are): read any size
+    g = Grammar.from_gbnf(conv.gbnf.encode("utf-8", "surrogateescape"), limits=GbnfLimits(max_source_bytes=1 << 26))
+    return dataclasses.replace(g, unique_rules=conv.unique_rules)
+
+
 def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, resources: Any = None) -> Outcome:
     """Draw ``n`` documents from the grammar of ``schema`` in mode ``enforce`` and judge each under the declared
     dialect (see the module docstring); ``resources`` (URI -> document) serve the remote ``$ref``s of both the
@@ -256,24 +289,36 @@ def check_sound(schema: Any, enforce: str, n: int, seed: int | None = None, reso
     from constrained.json_schema import convert_json_schema
 
     out = Outcome()
+    t = time.perf_counter()
     try:
         conv = convert_json_schema(schema, enforce=enforce, resources=resources)
     except SchemaError as e:
         out.refused = str(e)
         return out
+    finally:
+        out.compile_seconds = time.perf_counter() - t
     out.report, out.annotations = conv.unenforced, conv.annotations
+    out.unique_rules = conv.unique_rules
     try:
         v = validator_of(schema, resources)
     except Exception as e:  # noqa: BLE001 - jsonschema cannot judge this schema
         out.unjudged = f"{type(e).__name__}: {e}"[:200]
         return out
     seed = len(json.dumps(schema)) if seed is None else seed
+    checked = unique_check(conv)
     for doc in documents(conv.gbnf, n, seed):
         try:
             value = json.loads(doc)
         except ValueError:
             if not conv.unenforced:
                 out.misses.append((doc, "not JSON"))
+            continue
+        if checked is not None and not checked.matcher(byte_vocabulary()).accept_bytes(doc.encode("utf-8")):
+            out.check_refused += 1   # the matcher refuses a repeated item here: not a document it produces
+            try:
+                out.over_refused += v.is_valid(value)
+            except Exception:  # noqa: BLE001, S110 - judged below for the others
+                pass
             continue
         try:
             errors = list(v.iter_errors(value))

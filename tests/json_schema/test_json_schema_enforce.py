@@ -21,6 +21,7 @@ from constrained import Grammar
 from constrained.errors import SchemaError
 from constrained.json_schema import convert_json_schema, json_schema_to_gbnf
 from constrained.json_schema._gbnf import read_gbnf, sample
+from oracle.cases.json_schema_corpus import byte_vocabulary, unique_check
 from oracle.cases.json_schema_strategies import schemas
 
 COUNTS: dict[str, int] = {}
@@ -106,11 +107,15 @@ def _check_sound(schema: object, enforce: str, n: int) -> int:
     except Exception:  # noqa: BLE001 - jsonschema cannot judge this schema
         return 0
     checked = 0
+    unique = unique_check(conv)     # the matcher's uniqueItems check: a document it refuses is never produced
     for doc in _documents(conv.gbnf, n, seed=len(json.dumps(schema))):
         try:
             value = json.loads(doc)
         except ValueError:
             assert conv.unenforced, (schema, doc)
+            continue
+        if unique is not None and not unique.matcher(byte_vocabulary()).accept_bytes(doc.encode()):
+            COUNTS["refused by the uniqueItems check"] = COUNTS.get("refused by the uniqueItems check", 0) + 1
             continue
         try:
             errors = list(validator.iter_errors(value))
@@ -187,7 +192,7 @@ def test_unenforced_reported_with_path() -> None:
     rep = convert_json_schema({"type": "object", "properties": {"a": {"type": "string", "pattern": "(?=x)x"}},
                                "required": ["a"]}, enforce="all").unenforced
     assert [(k.path, k.keyword) for k in rep] == [("#/properties/a", "pattern")]
-    rep = convert_json_schema({"type": "array", "items": {"type": "string"}, "uniqueItems": True},
+    rep = convert_json_schema({"type": "array", "items": {"type": "integer"}, "uniqueItems": True},
                               enforce="all").unenforced
     assert [(k.path, k.keyword) for k in rep] == [("#", "uniqueItems")]
 
