@@ -144,7 +144,6 @@ DEFAULT: list[tuple[str, str, object]] = [
                       ("type-not-string", {"type": 7, "text": "x"}), ("not-object", "x")]],
     ("rs-input-image", RESP, _rs(input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG_URL},
                                                                      {"type": "input_text", "text": "What?"}]}])),
-    ("after-media-errors", CHAT, {"messages": ASK, "max_tokens": 3}),
 ]
 
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",

@@ -47,7 +47,6 @@ LAST: list[tuple[str, str, Any]] = [
     ("plain-legacy", EO, {"content": TXT}),
     ("content-key", E, {"content": [TXT, "x"]}),
     ("long", E, {"input": "This is a test " * 40}),
-    ("completion-between", "/completion", {"prompt": "Hello", "n_predict": 4, "temperature": 0}),
     ("after-completion", E, {"input": TXT}),
     # errors
     ("bad-empty-list", E, {"input": []}),
@@ -95,7 +94,7 @@ RANK: list[tuple[str, str, Any]] = [
     ("tei-top-n", R, {"query": "q", "texts": DOCS, "top_n": 2}),
     ("both-keys", R, {"query": "q", "documents": DOCS[:1], "texts": DOCS[1:3]}),
     ("bad-docs-ints", R, {"query": "q", "documents": [1, 2]}),
-    ("bad-docs-ints-texts", R, {"query": "q", "documents": [1, 2], "texts": DOCS[:2]}),
+    ("docs-ints-texts", R, {"query": "q", "documents": [1, 2], "texts": DOCS[:2]}),
     ("bad-no-docs", R, {"query": "q"}),
     ("bad-empty-docs", R, {"query": "q", "documents": []}),
     ("bad-docs-string", R, {"query": "q", "documents": "abc"}),
