@@ -100,7 +100,6 @@ RANK: list[tuple[str, str, Any]] = [
     ("bad-docs-string", R, {"query": "q", "documents": "abc"}),
     ("bad-no-query", R, {"documents": DOCS}),
     ("bad-query-type", R, {"query": 5, "documents": DOCS}),
-    ("embeddings-in-rank-mode", E, {"input": "hello"}),
     ("after-errors", R, {"query": "a", "documents": ["b", "c"]}),
 ]
 
