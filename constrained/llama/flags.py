@@ -78,6 +78,9 @@ class ServerArgs:
     n_keep: int = 0
     sleep_idle_seconds: int = -1      # --sleep-idle-seconds: idle this long, the context is freed until a request
     slot_save_path: str = ""          # --slot-save-path: a directory, with a trailing "/" (empty: slot actions off)
+    embedding: bool = False           # --embedding / --rerank: the embedding routes served (the context's outputs)
+    pooling: int = -1                 # --pooling: LLAMA_POOLING_TYPE_* (-1 unspecified: the model's own; --rerank: 4)
+    embd_normalize: int = 2           # --embd-normalize: the default normalisation (2: euclidean)
     # ---- sampling defaults of every request (common_params_sampling), and the flags the user set
     sampling: Params = field(default_factory=Params)
     sampling_user_set: frozenset[str] = frozenset()
@@ -181,6 +184,16 @@ def _slot_save_path(v: str) -> str:
     if not os.path.isdir(v):
         raise FlagError(f"not a directory: {v}")
     return v if v.endswith("/") else v + "/"
+
+
+#: --pooling's names: LLAMA_POOLING_TYPE_*
+POOLING_TYPES = {"none": 0, "mean": 1, "cls": 2, "last": 3, "rank": 4}
+
+
+def _pooling(v: str) -> int:
+    if v not in POOLING_TYPES:
+        raise ValueError("invalid value")
+    return POOLING_TYPES[v]
 
 
 def _set(key: str, conv: Callable[[str], Any] = str) -> _H:
@@ -323,6 +336,11 @@ def _void(key: str, value: Any = True) -> Callable[[_State], None]:
     return h
 
 
+def _rerank(st: _State) -> None:
+    st["embedding"] = True
+    st["pooling"] = POOLING_TYPES["rank"]
+
+
 def _ignore_eos(st: _State) -> None:
     st["sampling"]["ignore_eos"] = True
 
@@ -350,6 +368,8 @@ _VALUE: list[tuple[tuple[str, ...], _H]] = [
     (("--keep",), _set("n_keep", stoi)),
     (("--sleep-idle-seconds",), _set("sleep_idle_seconds", _sleep_seconds)),
     (("--slot-save-path",), _set("slot_save_path", _slot_save_path)),
+    (("--pooling",), _set("pooling", _pooling)),
+    (("--embd-normalize",), _set("embd_normalize", stoi)),
     (("-sps", "--slot-prompt-similarity"), _set("slot_prompt_similarity", stof)),
     # params.verbosity: only whether it exceeds 9 matters here (server-schema.cpp: params.verbose)
     (("-lv", "--verbosity", "--log-verbosity"), lambda st, v: st.__setitem__("verbose", stoi(v) > 9)),
@@ -420,6 +440,8 @@ _BOOL: list[tuple[tuple[str, ...], tuple[str, ...], Callable[[_State, bool], Non
 
 _VOID: list[tuple[tuple[str, ...], Callable[[_State], None]]] = [
     (("--swa-full",), _void("swa_full")),
+    (("--embedding", "--embeddings"), _void("embedding")),
+    (("--rerank", "--reranking"), _rerank),
     (("--metrics",), _void("metrics")),
     (("--props",), _void("props")),
     (("--ignore-eos",), _ignore_eos),
@@ -462,10 +484,8 @@ UNSUPPORTED_FLAGS: dict[str, str] = {
                     "multimodal input"),
     **dict.fromkeys(["--rope-scaling", "--rope-scale", "--rope-freq-base", "--rope-freq-scale", "--yarn-orig-ctx",
                      "--yarn-ext-factor", "--yarn-attn-factor", "--yarn-beta-slow", "--yarn-beta-fast",
-                     "--override-kv", "-ot", "--override-tensor", "--kv-unified-per-slot", "--pooling"],
+                     "--override-kv", "-ot", "--override-tensor", "--kv-unified-per-slot"],
                     "model overrides"),
-    **dict.fromkeys(["--embedding", "--embeddings", "--rerank", "--reranking", "--embd-normalize"],
-                    "embeddings and reranking"),
     **dict.fromkeys(["-mu", "--model-url", "-dr", "--docker-repo", "-hf", "-hfr", "--hf-repo", "-hff", "--hf-file",
                      "-hft", "--hf-token", "-cl", "--cache-list"], "model downloads (give -m with a GGUF path)"),
     **dict.fromkeys(["--models-dir", "--models-preset"], "the multi-model router"),
@@ -519,6 +539,8 @@ def _unsupported(arg: str) -> str | None:
         return UNSUPPORTED_FLAGS[arg]
     if arg in _UNSUPPORTED_SHORT:
         return "speculative decoding"
+    if arg in _INDEX:                  # a known flag under a refused prefix (--embd-normalize)
+        return None
     for p, why in _UNSUPPORTED_PREFIXES:
         if arg.startswith(p):
             return why

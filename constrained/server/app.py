@@ -30,6 +30,7 @@ from .anthropic_api import AnthropicShape, anthropic_to_chat
 from .bodies import error_response, json_response, read_body, read_raw, too_large_response
 from .chat_api import chat_params, parser_for
 from .completions import run_completion
+from .embeddings_api import embeddings_handler, rerank_handler
 from .errors import HttpError, middleware_error
 from .jsonout import SSE_HEADERS
 from .responses_api import ResponsesShape, responses_to_chat
@@ -332,10 +333,8 @@ def build_app(state: ServerState) -> Starlette:
             raise res
         return json_response(res)
 
-    def not_supported(message: str) -> Any:
-        async def h(request: Request) -> Response:
-            raise HttpError(message, "not_supported_error")
-        return h
+    embd_plain = embeddings_handler(state, False)
+    rerank = rerank_handler(state)
 
     async def infill(request: Request) -> Response:
         # post_infill's model check; with the three FIM tokens present we still refuse (infill is not served)
@@ -445,12 +444,10 @@ def build_app(state: ServerState) -> Starlette:
         Route("/v1/stream", wrap(stream_get), methods=["GET"]),
         Route("/v1/stream", wrap(stream_delete), methods=["DELETE"]),
         Route("/v1/streams/lookup", wrap(streams_lookup), methods=["POST"]),
-        # embeddings and reranking need --embeddings / --reranking, which are refused; slot save/restore needs
-        # --slot-save-path (refused): llama-server's 501s
-        *[Route(p, wrap(not_supported("This server does not support embeddings. Start it with `--embeddings`")),
-                methods=["POST"]) for p in ("/embedding", "/embeddings", "/v1/embeddings")],
-        *[Route(p, wrap(not_supported("This server does not support reranking. Start it with `--reranking`")),
-                methods=["POST"]) for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")],
+        # embeddings and reranking (llama-server's 501 without --embeddings / --reranking)
+        Route("/embedding", wrap(embd_plain), methods=["POST"]), Route("/embeddings", wrap(embd_plain), methods=["POST"]),
+        Route("/v1/embeddings", wrap(embeddings_handler(state, True)), methods=["POST"]),
+        *[Route(p, wrap(rerank), methods=["POST"]) for p in ("/rerank", "/reranking", "/v1/rerank", "/v1/reranking")],
         Route("/slots/{id_slot}", wrap(slot_action), methods=["POST"]),
         Route("/infill", wrap(infill), methods=["POST"]),
         Route("/lora-adapters", wrap(lora_adapters), methods=["GET", "POST"]),

@@ -60,7 +60,9 @@ class BatchStep:
                 s.tokens.append(s.sampled)
                 s.i_batch = n - 1
                 out_rows.append((s, n - 1))
-        # 2. pending prompt tokens
+        # 2. pending prompt tokens (can_batch_with: embedding tasks and the others never share a batch)
+        embd_batch: bool | None = False if n else None
+        rows: dict[int, list[int]] = {}
         for s in self.slots:
             if s.state == "started":
                 try:
@@ -72,18 +74,26 @@ class BatchStep:
             if s.state != "prompt" or n >= self.n_batch:
                 continue
             assert s.task is not None
+            need_embd = s.task.kind != "completion"
+            if embd_batch is None:
+                embd_batch = need_embd
+            elif need_embd != embd_batch:
+                continue
             n_prompt = len(s.task.tokens)
             start = len(s.tokens)
+            if need_embd and not self.embd_can_split and n + n_prompt - start > self.n_batch:
+                continue                      # it does not fit in this batch: the next iteration
+            ckpt = self.checkpoints_on and not need_embd      # checkpoints of completion tasks only
             end = min(next_batch_end(start, n_prompt, n_batch=self.n_batch, n_ubatch=self.n_ubatch,
-                                     checkpoints=self.checkpoints_on), start + self.n_batch - n)
-            us = s.task.user_starts if self.checkpoints_on else []
+                                     checkpoints=ckpt), start + self.n_batch - n)
+            us = s.task.user_starts if ckpt else []
             step = self.cfg.checkpoint_min_step
             for p_us in us:                   # break at the last user message, or one past min-step
                 if start < p_us < end and (p_us == us[-1] or not s.checkpoints
                                            or p_us > s.checkpoints[-1].n_tokens + step):
                     end = p_us
                     break
-            if self.checkpoints_on:
+            if ckpt:
                 pmin = int(L.llama_memory_seq_pos_min(self.mem, s.id))
                 if (_checkpoint_with_spans(s.checkpoints, start, end, n_prompt, us, self.n_ubatch, pmin, step)
                         if us else
@@ -92,8 +102,9 @@ class BatchStep:
                     pmax = int(L.llama_memory_seq_pos_max(self.mem, s.id))
                     add_checkpoint(s.checkpoints, Checkpoint(start, pmin, pmax, s.task.id, self._state_get(s.id)),
                                    max_checkpoints=self.cfg.ctx_checkpoints, min_step=self.cfg.checkpoint_min_step)
-            for i in range(start, end):
-                n = self._add(n, s.task.tokens[i], i, s.id, False)
+            rows[s.id] = list(range(n, n + end - start))
+            for i in range(start, end):       # an embedding needs every token as an output
+                n = self._add(n, s.task.tokens[i], i, s.id, need_embd)
             s.tokens.extend(s.task.tokens[start:end])
             s.n_processed += end - start
             if end == n_prompt:
@@ -103,6 +114,8 @@ class BatchStep:
         if n == 0:
             return
         b.n_tokens = n
+        if self.cfg.embedding:
+            L.llama_set_embeddings(self.ctx, bool(embd_batch))
         t0 = time.perf_counter()
         rc = L.llama_decode(self.ctx, b)
         while rc == 1 and self._clear_idle_slot():   # no room in the KV cache: purge an idle slot, retry
@@ -132,6 +145,10 @@ class BatchStep:
                     and s.task.params.return_progress):
                 self._progress(s)
         # prompts done: init the samplers, hand the state to the n > 1 children
+        for s in self.slots:
+            if s.state == "done_prompt" and s.task is not None and s.task.kind != "completion":
+                self._send_embd(s, rows.get(s.id, []))       # send_embedding / send_rerank, then release
+                self._release(s)
         for s in self.slots:
             if s.state == "done_prompt":
                 assert s.task is not None
@@ -251,14 +268,30 @@ class BatchStep:
         if n_prompt == 0:
             self._finish(s)
             return False
-        if n_prompt >= s.n_ctx:
+        embd = task.kind != "completion"
+        if embd and not self.embd_can_split:   # the whole prompt in one ubatch
+            err = None
+            if n_prompt > self.n_ubatch:
+                err = HttpError(f"input ({n_prompt} tokens) is too large to process. increase the physical batch "
+                                f"size (current batch size: {self.n_ubatch})", "server_error")
+            elif n_prompt > s.n_ctx:
+                err = HttpError(f"input ({n_prompt} tokens) is larger than the max context size ({s.n_ctx} "
+                                "tokens). skipping", "exceed_context_size_error", n_prompt_tokens=n_prompt,
+                                n_ctx=s.n_ctx)
+            if err is not None:
+                self._error(task, err)
+                self._release(s)
+                return False
+        elif n_prompt >= s.n_ctx:
             self._error(task, HttpError(
                 f"request ({n_prompt} tokens) exceeds the available context size ({s.n_ctx} tokens), "
                 "try increasing it", "exceed_context_size_error", n_prompt_tokens=n_prompt, n_ctx=s.n_ctx))
             self._release(s)
             return False
         n_swa = self.n_swa if self.checkpoints_on else 0
-        n_past, restore = plan_reuse(s.tokens, task.tokens, s.checkpoints, cache_prompt=task.params.cache_prompt,
+        # an embedding or rerank task is stateless: nothing of the slot's cache is reused
+        n_past, restore = plan_reuse(s.tokens, task.tokens, s.checkpoints,
+                                     cache_prompt=task.params.cache_prompt and not embd,
                                      n_swa=n_swa, pos_min=int(L.llama_memory_seq_pos_min(self.mem, s.id)))
         if restore is not None and restore.data is not None:
             self._state_set(s.id, restore.data)

@@ -27,11 +27,15 @@ from ..chat.tool_grammar import PEG_JSON_RULES
 from ..json_schema import convert_json_schema
 from .errors import HttpError
 
-__all__ = ["REASONING_FORMATS", "chat_params", "parser_for", "response_format_grammar"]
+__all__ = ["MEDIA_PARTS", "REASONING_FORMATS", "chat_params", "parser_for", "response_format_grammar"]
 
 
 # common_reasoning_format_from_name's names (chat.cpp:889)
 REASONING_FORMATS = ("none", "auto", "deepseek", "deepseek-legacy")
+
+
+# the media part types llama-server loads (each refused without a projector), by what they carry
+MEDIA_PARTS = {"image_url": "image", "input_audio": "audio", "input_video": "video", "video_url": "video"}
 
 
 def _bad(msg: str) -> HttpError:
@@ -116,10 +120,14 @@ def chat_params(body: dict[str, Any], templates: ChatTemplates, *, jinja: bool, 
             continue
         if not isinstance(content, list):
             raise _bad("Expected 'content' to be a string or an array")
-        for part in content:
-            if isinstance(part, dict) and part.get("type") not in ("text", None):
-                raise _bad("image input is not supported - hint: if this is unexpected, you may need to provide "
-                           "the mmproj")
+        for part in content:         # oaicompat_content_load_media (server-common.cpp:1151), no projector here
+            ptype = _jv(part, "type", "", str)
+            media = MEDIA_PARTS.get(ptype)
+            if media is not None:    # a runtime_error there: ex_wrapper answers 500 server_error
+                raise _server(f"{media} input is not supported - hint: if this is unexpected, you may need to "
+                              "provide the mmproj")
+            if ptype != "text":
+                raise _bad("unsupported content[].type")
     msgs = [_parse_msg(m) for m in messages]
     add_gen = _jv(body, "add_generation_prompt", True, bool)
     cont = body.get("continue_final_message")

@@ -207,7 +207,11 @@ async def _run_completion(state: ServerState, request: Request, data: dict[str, 
         return json_response(body)
 
     # streaming: the status goes out with the first result (an error before it is a plain JSON error)
-    first = await q.get()
+    # a client gone before it (a long prompt still being read) cancels the tasks (rd.next(should_stop))
+    first = await _first_or_gone(q, request, session)
+    if first is None:
+        cancel()
+        return Response(b"", status_code=499)
     if isinstance(first, HttpError):
         cancel()
         log(f"request {request.url.path} -> {first.status} ({first.message[:80]})")
@@ -327,6 +331,27 @@ def _heavy(request: Request, data: dict[str, Any]) -> bool:
     if isinstance(p, str) and len(p) >= HEAVY_BYTES or isinstance(p, list) and len(p) >= HEAVY_BYTES // 8:
         return True
     return bool(data.get("json_schema") or data.get("grammar") or data.get("dry_sequence_breakers"))
+
+
+async def _first_or_gone(q: asyncio.Queue[Any], request: Request, session: StreamSession | None) -> Any:
+    """The first event of a stream, or None when the client went away before it. A stream kept under an
+    ``X-Conversation-Id`` (``session``) goes on without its client, as after its first event (its generation
+    stops only when the session is cancelled)."""
+    get = asyncio.ensure_future(q.get())
+    watcher = asyncio.ensure_future(watch_disconnect(request) if session is None else _cancelled(session))
+    try:
+        done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if get in done:
+        return get.result()
+    get.cancel()
+    return None
+
+
+async def _cancelled(session: StreamSession) -> None:
+    while not session.cancelled:
+        await asyncio.sleep(0.25)
 
 
 async def watch_disconnect(request: Request) -> None:

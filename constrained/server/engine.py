@@ -37,6 +37,7 @@ from ..errors import ConstrainedError
 from ..vocab import Vocabulary
 from ..vocab.tokenizer import c_tokenize
 from .batch import BatchStep
+from .embeddings import EmbeddingOutput, can_split
 from .errors import HttpError
 from .loading import EngineConfig, ModelLoad, VocabLoad, context_params, resolved_parallel
 from .prompt_cache import PromptCache
@@ -48,7 +49,7 @@ from .slots import Slot, Task
 __all__ = ["Engine", "EngineConfig"]
 
 
-class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
+class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions, EmbeddingOutput):
     """The model, its context and the slots; :meth:`submit` queues a task (with its ``n`` children)."""
 
     def __init__(self, cfg: EngineConfig, progress: Callable[[str], None] | None = None,
@@ -86,6 +87,9 @@ class Engine(SlotScheduler, BatchStep, SlotSampling, SlotActions):
         if cfg.ctx_shift and not self.ctx_shift:
             say("ctx_shift is not supported by this context, it will be disabled")
         self.add_bos = bool(L.llama_vocab_get_add_bos(self.vocab_ptr))
+        # --embedding: the context's pooling (the model's own unless --pooling), whether a prompt may be split
+        self.pooling = int(L.llama_pooling_type(self.ctx))
+        self.embd_can_split = can_split(pooling=self.pooling, causal=bool(L.llama_get_causal_attn(self.ctx)))
         self.checkpoints_on = cfg.ctx_checkpoints > 0 and self.n_swa > 0 and not cfg.swa_full
         self.prompt_cache = PromptCache(cfg.cache_ram_mib, self.n_ctx) if cfg.cache_ram_mib != 0 else None
         if cfg.cache_idle_slots and self.prompt_cache is not None:

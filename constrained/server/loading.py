@@ -58,6 +58,9 @@ class EngineConfig:
     n_keep: int = 0                # --keep: the default n_keep of a request
     sleep_idle_seconds: int = -1   # --sleep-idle-seconds: idle this long (no task), the context is freed
     debug: bool = False            # -v: llama-server's debug log lines that its own tests read (the test tags)
+    embedding: bool = False        # --embedding / --rerank: the context outputs embeddings (the embedding routes)
+    pooling: int = -1              # --pooling: LLAMA_POOLING_TYPE_* (-1: the model's own)
+    embd_normalize: int = 2        # --embd-normalize: a request's default normalisation
 
 
 def resolved_parallel(n_parallel: int, kv_unified: bool | None) -> tuple[int, bool]:
@@ -88,6 +91,10 @@ def context_params(cfg: EngineConfig, model: Any) -> Any:
     cp.swa_full = cfg.swa_full            # as llama-server: the cache layout changes the logits
     cp.kv_unified = unified
     cp.no_perf = True
+    cp.embeddings = cfg.embedding
+    cp.pooling_type = cfg.pooling
+    if cfg.embedding or cfg.pooling not in (-1, 0):     # server_output_limits: every token of a batch may output
+        cp.n_outputs_max, cp.n_outputs_max_per_seq = cfg.n_batch, 1
     return cp
 
 

@@ -46,14 +46,17 @@ def engine_config_from_args(a: ServerArgs, model: str | None = None) -> EngineCo
     sampling = Params.from_gguf(sampling_metadata(model), base=a.sampling, user_set=a.sampling_user_set)
     n_par, unified = a.resolved_parallel()
     nt, ntb = a.resolved_threads()
-    return EngineConfig(model_path=model, n_ctx=a.n_ctx, n_parallel=n_par, n_batch=a.n_batch, n_ubatch=a.n_ubatch,
+    # server.cpp: embeddings need every token in one ubatch, so n_batch is cut to n_ubatch
+    n_batch = a.n_ubatch if a.embedding and a.n_batch > a.n_ubatch else a.n_batch
+    return EngineConfig(model_path=model, n_ctx=a.n_ctx, n_parallel=n_par, n_batch=n_batch, n_ubatch=a.n_ubatch,
                         flash_attn=a.flash_attn, swa_full=a.swa_full, ctx_checkpoints=a.n_ctx_checkpoints,
                         n_threads=nt, n_threads_batch=ntb, kv_unified=unified, n_predict=a.n_predict,
                         sampling=sampling, slot_prompt_similarity=a.slot_prompt_similarity,
                         cache_prompt=a.cache_prompt, checkpoint_min_step=a.checkpoint_min_step,
                         cache_ram_mib=a.cache_ram_mib, cache_idle_slots=a.cache_idle_slots, warmup=a.warmup,
                         ctx_shift=a.ctx_shift, n_keep=a.n_keep, debug=a.verbose,
-                        sleep_idle_seconds=a.sleep_idle_seconds)
+                        sleep_idle_seconds=a.sleep_idle_seconds, embedding=a.embedding, pooling=a.pooling,
+                        embd_normalize=a.embd_normalize)
 
 
 def config_from_args(a: ServerArgs, engine: EngineConfig | None = None) -> ServerConfig:

@@ -194,6 +194,11 @@ class SlotScheduler:
         if _invalid_tokens(task.tokens, self.n_vocab):
             self._error(task, HttpError("Prompt contains invalid tokens", "invalid_request_error"))
             return False
+        if task.kind != "completion":          # an embedding or rerank task samples nothing
+            slot.task = task
+            slot.state = "started"
+            self.metrics["requests_processing"] = sum(s.task is not None for s in self.slots)
+            return True
         try:
             slot.sampler = Sampler(p.sampling, self.vocab)
             if p.grammar:

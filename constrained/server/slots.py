@@ -98,6 +98,8 @@ class Task:
         self.cancelled = False
         self.cmpl_id = ""                     # the response's id (chatcmpl-...): /v1/chat/completions/control
         self.user_starts: list[int] = []      # message spans: where user messages start (checkpoint breaks)
+        self.kind = "completion"              # or "embedding" / "rerank" (need_embd: no sampling, no cache reuse)
+        self.embd_normalize = 2               # an embedding task's normalisation (common_embd_normalize)
 
     def cancel(self) -> None:
         self.cancelled = True

@@ -66,7 +66,7 @@ def test_sampling_flags_map_onto_params() -> None:
     (["-md", "draft.gguf"], "speculative decoding"),
     (["--spec-draft-n-max", "4"], "speculative decoding"),
     (["-hf", "user/model"], "model downloads"),
-    (["--embedding"], "embeddings"),
+    (["--pooling", "max"], 'error while handling argument "--pooling"'),
     (["--grammar-file", "/nonexistent/x.gbnf"], "failed to open file"),
 ])
 def test_refusals_name_the_flag(argv: list[str], message: str) -> None:
@@ -74,6 +74,14 @@ def test_refusals_name_the_flag(argv: list[str], message: str) -> None:
         parse_server_args(argv)
     assert message in str(ei.value)
     assert isinstance(ei.value, ConstrainedError)
+
+
+def test_embedding_flags() -> None:
+    # common/arg.cpp: --embedding turns the embedding routes on, --rerank too with the rank pooling
+    assert (parse_server_args([]).embedding, parse_server_args([]).pooling) == (False, -1)
+    a = parse_server_args(["--embeddings", "--pooling", "last", "--embd-normalize", "1"])
+    assert (a.embedding, a.pooling, a.embd_normalize) == (True, 3, 1)
+    assert (parse_server_args(["--reranking"]).embedding, parse_server_args(["--rerank"]).pooling) == (True, 4)
 
 
 def test_harmless_flags_are_recorded() -> None:

@@ -30,6 +30,9 @@ BOOK = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"
         "required": ["title"]}
 FENCE = "Write a markdown code block (```json) with a JSON object for Alice, 31."
 ASK = [{"role": "user", "content": "Name a colour."}]
+PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg=="   # 1x1
+PNG_URL = f"data:image/png;base64,{PNG}"
+IMAGE_BLOCK = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}
 
 
 def _rf(schema: dict) -> dict:
@@ -123,6 +126,24 @@ DEFAULT: list[tuple[str, str, object]] = [
     ("rs-bad-input-type", RESP, _rs(input=5)),
     ("rs-bad-tools", RESP, _rs(tools={"type": "function"})),
     ("rs-after-errors", RESP, _rs(max_output_tokens=4)),
+    # media parts without a projector (oaicompat_content_load_media): 500 for image/audio/video, 400 for the rest
+    ("an-image", MSG, _an(messages=[{"role": "user", "content": [IMAGE_BLOCK, {"type": "text", "text": "What?"}]}])),
+    ("an-tool-result-image", MSG, _an(messages=[
+        {"role": "user", "content": "What is in this image?"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "read", "input": {"f": "a.png"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1",
+                                      "content": [{"type": "text", "text": "File: a.png"}, IMAGE_BLOCK]}]}])),
+    ("an-count-image", COUNT, _an(messages=[{"role": "user", "content": [IMAGE_BLOCK]}])),
+    *[(f"chat-part-{n}", CHAT, {"messages": [{"role": "user", "content": [{"type": "text", "text": "Hi."}, part]}],
+                                "max_tokens": 2})
+      for n, part in [("image", {"type": "image_url", "image_url": {"url": PNG_URL}}),
+                      ("audio", {"type": "input_audio", "input_audio": {"data": PNG, "format": "wav"}}),
+                      ("video", {"type": "input_video", "input_video": {"url": PNG_URL}}),
+                      ("video-url", {"type": "video_url", "video_url": {"url": PNG_URL}}),
+                      ("unknown", {"type": "file", "file": {}}), ("no-type", {"text": "x"}),
+                      ("type-not-string", {"type": 7, "text": "x"}), ("not-object", "x")]],
+    ("rs-input-image", RESP, _rs(input=[{"role": "user", "content": [{"type": "input_image", "image_url": PNG_URL},
+                                                                     {"type": "input_text", "text": "What?"}]}])),
 ]
 
 WEATHER = {"name": "get_weather", "description": "Current weather for a city",
