@@ -130,12 +130,15 @@ def _cases(cg: CompiledGrammar, rng: np.random.Generator, steps: int) -> Iterato
 @pytest.mark.parametrize("vocab_name", ["llama-spm", "gpt-2", "gemma-4"])
 def test_walk_kernel_equals_walk_py(vocab_name: str) -> None:
     vm, vocab = oracle_vocab(vocab_name)
-    steps = {"llama-spm": 10, "gpt-2": 8, "gemma-4": 5}[vocab_name]
+    # the Python walk is the slow side: short walks, and each grammar under the defaults plus two of the other
+    # threshold settings in turn (every setting meets a third of the grammars or more on each vocabulary)
+    steps = {"llama-spm": 6, "gpt-2": 4, "gemma-4": 3}[vocab_name]
     compared = 0
     for k, (name, text) in enumerate(sorted(_grammars(vocab_name).items())):
         cg = compile_grammar(Grammar.from_gbnf(text), vocab)
         g = cg.rules
-        for th in THRESHOLDS if vocab_name != "gemma-4" else THRESHOLDS[:3]:
+        others = THRESHOLDS[1:] if vocab_name != "gemma-4" else THRESHOLDS[1:3]
+        for th in [THRESHOLDS[0], *(others[(k + j) % len(others)] for j in range(min(2, len(others))))]:
             with _thresholds(th):
                 for t, stacks, pops, seed in _cases(cg, np.random.default_rng(k), steps):
                     if len(stacks) > 4096:
