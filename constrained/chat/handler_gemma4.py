@@ -29,8 +29,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .peg import ChatMessage, PegFail, _Ctx, _Node
-from .peg_arena import FAIL, ArenaSetup, Builder
+from .peg import ChatMessage, _Node
+from .peg_arena import ArenaSetup, Builder
 
 __all__ = ["GENERATION_PROMPT", "PRESERVED_TOKENS", "build", "gemma4_to_json", "preserved_tokens"]
 
@@ -120,14 +120,11 @@ def _visit(node: _Node, msg: ChatMessage) -> None:
 class Gemma4Setup(ArenaSetup):
     """The arena's answer, read by Gemma 4's mapper (its arguments become JSON)."""
 
-    def parse(self, generation_prompt: str, text: str, *, is_partial: bool = False) -> ChatMessage:
-        r = self.parser.parse(_Ctx(generation_prompt + text, {}), 0)
-        if r.type == FAIL:
-            if is_partial and r.end > 0:
-                return ChatMessage()
-            raise PegFail("The model produced output that does not match the expected peg-gemma4 format")
+    FORMAT = "peg-gemma4"
+
+    def map_nodes(self, nodes: list[Any]) -> ChatMessage:
         msg = ChatMessage()
-        for n in r.nodes:
+        for n in nodes:
             _visit(n, msg)
         return msg
 

@@ -37,8 +37,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .peg import ChatMessage, PegFail, _Ctx, _Node
-from .peg_arena import FAIL, ArenaSetup, Builder, _may_be_string
+from .peg import ChatMessage, _Node
+from .peg_arena import ArenaSetup, Builder, _may_be_string
 
 __all__ = ["GENERATION_PROMPT", "NS", "build", "preserved_tokens"]
 
@@ -132,14 +132,11 @@ def _visit(node: _Node, msg: ChatMessage) -> None:
 class MinimaxM3Setup(ArenaSetup):
     """The arena's answer, read by MiniMax M3's mapper (nested elements become JSON arguments)."""
 
-    def parse(self, generation_prompt: str, text: str, *, is_partial: bool = False) -> ChatMessage:
-        r = self.parser.parse(_Ctx(generation_prompt + text, {}), 0)
-        if r.type == FAIL:
-            if is_partial and r.end > 0:
-                return ChatMessage()
-            raise PegFail("The model produced output that does not match the expected peg-minimax-m3 format")
+    FORMAT = "peg-minimax-m3"
+
+    def map_nodes(self, nodes: list[Any]) -> ChatMessage:
         msg = ChatMessage()
-        for n in r.nodes:
+        for n in nodes:
             _visit(n, msg)
         return msg
 

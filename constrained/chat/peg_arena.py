@@ -60,6 +60,9 @@ class ArenaSetup:
     triggers: list[tuple[int, str]]
     parser: Any
 
+    #: the format named in the parse error (llama.cpp's ``peg-<format>``)
+    FORMAT = "peg-native"
+
     def parse(self, generation_prompt: str, text: str, *, is_partial: bool = False) -> ChatMessage:
         """``common_chat_peg_parse``: the message of ``generation_prompt + text`` (lenient; what the root leaves
         unread is ignored, as llama.cpp's).
@@ -71,9 +74,14 @@ class ArenaSetup:
         if r.type == FAIL:
             if is_partial and r.end > 0:
                 return ChatMessage()
-            raise PegFail("The model produced output that does not match the expected peg-native format")
+            raise PegFail(f"The model produced output that does not match the expected {self.FORMAT} format")
+        return self.map_nodes(r.nodes)
+
+    def map_nodes(self, nodes: list[Any]) -> ChatMessage:
+        """The message of a parse's top nodes (``common_chat_peg_mapper``; a handler with its own mapper
+        overrides this)."""
         m = _Mapper()
-        for n in r.nodes:
+        for n in nodes:
             m.visit(n)
         return m.finish()
 
