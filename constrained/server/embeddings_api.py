@@ -76,8 +76,18 @@ def _entry_tokens(state: ServerState, p: Any) -> list[int]:
     return list(state.engine.tokenize_prompt(sub))
 
 
-async def _run(state: ServerState, request: Request, tasks: list[Task], q: asyncio.Queue[Any]) -> Any:
-    """The tasks' results in order, an error response, or None when the client went away."""
+async def _run(state: ServerState, request: Request, prompts: list[Any], kind: str,
+               embd_normalize: int | None = None) -> Any:
+    """One ``kind`` task (``embedding`` / ``rerank``) per prompt on the slots: their results in order, or the
+    response to send instead (an error, or an empty 499 when the client went away)."""
+    q, emit = _queue(state)
+    tasks = []
+    for i, toks in enumerate(prompts):
+        t = Task(toks, state.task_params({}, False), emit, index=i)
+        t.kind = kind
+        if embd_normalize is not None:
+            t.embd_normalize = embd_normalize
+        tasks.append(t)
     state.engine.submit(tasks)
     got: dict[int, EmbdResult] = {}
     watcher = asyncio.ensure_future(watch_disconnect(request))
@@ -87,7 +97,7 @@ async def _run(state: ServerState, request: Request, tasks: list[Task], q: async
             done, _ = await asyncio.wait({get, watcher}, return_when=asyncio.FIRST_COMPLETED)
             if watcher in done:
                 get.cancel()
-                return None
+                return Response(b"", status_code=499)
             ev = get.result()
             if isinstance(ev, HttpError):
                 return error_response(ev)
@@ -161,15 +171,7 @@ def embeddings_handler(state: ServerState, oai: bool) -> Any:
             if isinstance(v, bool) or not isinstance(v, (int, float)):
                 raise _type_error(v, "number")
             norm = int(v)
-        q, emit = _queue(state)
-        tasks = []
-        for i, toks in enumerate(prompts):
-            t = Task(toks, state.task_params({}, False), emit, index=i)
-            t.kind, t.embd_normalize = "embedding", norm
-            tasks.append(t)
-        results = await _run(state, request, tasks, q)
-        if results is None:
-            return Response(b"", status_code=499)
+        results = await _run(state, request, prompts, "embedding", norm)
         if isinstance(results, Response):
             return results
         if not res_oai:
@@ -240,15 +242,7 @@ def rerank_handler(state: ServerState) -> Any:
         top_n = obj.get("top_n")
         top_n = int(top_n) if isinstance(top_n, (int, float)) and not isinstance(top_n, bool) else len(docs)
         prompts = await offload(lambda: [_rerank_tokens(state, query, d) for d in docs], heavy=len(docs) > 16)
-        q, emit = _queue(state)
-        tasks = []
-        for i, toks in enumerate(prompts):
-            t = Task(toks, state.task_params({}, False), emit, index=i)
-            t.kind = "rerank"
-            tasks.append(t)
-        results = await _run(state, request, tasks, q)
-        if results is None:
-            return Response(b"", status_code=499)
+        results = await _run(state, request, prompts, "rerank")
         if isinstance(results, Response):
             return results
         label = "score" if tei else "relevance_score"
